@@ -1,0 +1,59 @@
+package pipeline
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// ObjectStore is what the pipeline needs from the R2 role. Implementations:
+// storage/s3 (any S3 API) and storage/fs (a local directory). Both pass the
+// conformance suite in storage/storagetest.
+//
+// Errors: ErrNotFound for a missing key, ErrAlreadyExists (via
+// *AlreadyExistsError) when a create-only put finds the key taken.
+type ObjectStore interface {
+	// Put streams r to key. The length need not be known in advance; memory
+	// stays bounded whatever the size. If r returns an error or ctx ends, no
+	// object is left behind. With opts.CreateOnly, an existing key is not
+	// overwritten and the error matches ErrAlreadyExists.
+	Put(ctx context.Context, key string, r io.Reader, opts PutOptions) (ObjectInfo, error)
+	// Head returns an object's metadata.
+	Head(ctx context.Context, key string) (ObjectInfo, error)
+	// Get opens an object, or the byte range [offset, offset+length) of it
+	// when length >= 0 (length < 0 means to the end).
+	Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, ObjectInfo, error)
+	// Delete removes key; deleting a missing key is not an error.
+	Delete(ctx context.Context, key string) error
+	// List calls fn for every object whose key starts with prefix, in key
+	// order, until fn returns false or an error.
+	List(ctx context.Context, prefix string, fn func(ObjectInfo) bool) error
+	// AbortStaleUploads aborts unfinished multipart uploads (or removes
+	// leftover temp files) started before olderThan, returning how many.
+	AbortStaleUploads(ctx context.Context, olderThan time.Time) (int, error)
+	// Ping checks the store is reachable (for /readyz).
+	Ping(ctx context.Context) error
+}
+
+// PutOptions tune a Put.
+type PutOptions struct {
+	ContentType string
+	CreateOnly  bool
+}
+
+// ObjectInfo describes a stored object. SHA256 is the hex digest computed
+// while streaming on Put; Head and List may leave it empty when the backend
+// does not keep it.
+type ObjectInfo struct {
+	Key          string
+	Size         int64
+	ContentType  string
+	SHA256       string
+	LastModified time.Time
+}
+
+// AlreadyExistsError is the typed error of a create-only put on a taken key.
+type AlreadyExistsError struct{ Key string }
+
+func (e *AlreadyExistsError) Error() string { return "object already exists: " + e.Key }
+func (e *AlreadyExistsError) Unwrap() error { return ErrAlreadyExists }

@@ -1,0 +1,115 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRetryPolicyCeiling(t *testing.T) {
+	t.Parallel()
+	p := RetryPolicy{Base: time.Second, Cap: 30 * time.Second, MaxAttempts: 5}
+	cases := []struct {
+		attempt int
+		want    time.Duration
+	}{
+		{0, time.Second}, {1, time.Second}, {2, 2 * time.Second}, {3, 4 * time.Second}, {5, 16 * time.Second},
+		{6, 30 * time.Second}, {60, 30 * time.Second}, {1 << 20, 30 * time.Second},
+	}
+	for _, c := range cases {
+		if got := p.Ceiling(c.attempt); got != c.want {
+			t.Errorf("Ceiling(%d) = %s, want %s", c.attempt, got, c.want)
+		}
+	}
+}
+
+func TestRetryPolicyFullJitter(t *testing.T) {
+	t.Parallel()
+	for _, r := range []float64{0, 0.5, 0.999999} {
+		p := RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 5, Rand: func() float64 { return r }}
+		got := p.Backoff(3) // ceiling 4 s
+		want := time.Duration(r * float64(4*time.Second+1))
+		if got != want {
+			t.Errorf("r=%v: Backoff = %s, want %s", r, got, want)
+		}
+		if got < 0 || got > 4*time.Second {
+			t.Errorf("r=%v: Backoff %s outside [0, 4s]", r, got)
+		}
+	}
+	// The default source stays inside the bounds too.
+	p := RetryPolicy{Base: 10 * time.Millisecond, Cap: 80 * time.Millisecond, MaxAttempts: 3}
+	for range 1000 {
+		if d := p.Backoff(10); d < 0 || d > 80*time.Millisecond {
+			t.Fatalf("backoff %s out of bounds", d)
+		}
+	}
+}
+
+func TestRetryPolicyDecide(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	p := RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 3, Rand: func() float64 { return 0.5 }}
+	cases := []struct {
+		name     string
+		ce       *ClassifiedError
+		attempts int
+		want     Decision
+	}{
+		{"transient first", &ClassifiedError{Class: ClassTransient}, 1, Decision{Status: StatusRetryWait, NextRunAt: now.Add(500 * time.Millisecond)}},
+		{"transient second", &ClassifiedError{Class: ClassTransient}, 2, Decision{Status: StatusRetryWait, NextRunAt: now.Add(time.Second)}},
+		{"transient retry-after wins", &ClassifiedError{Class: ClassTransient, RetryAfter: 7 * time.Second}, 1, Decision{Status: StatusRetryWait, NextRunAt: now.Add(7 * time.Second)}},
+		{"transient exhausted", &ClassifiedError{Class: ClassTransient}, 3, Decision{Status: StatusDeadLettered, Reason: ReasonRetriesExhausted, RequiresAction: true}},
+		{"permanent", &ClassifiedError{Class: ClassPermanent}, 1, Decision{Status: StatusFailed}},
+		{"ambiguous", &ClassifiedError{Class: ClassAmbiguous}, 1, Decision{Status: StatusNeedsReview, RequiresAction: true}},
+		{"canceled", &ClassifiedError{Class: ClassCanceled}, 1, Decision{Status: StatusCanceled}},
+		{"unknown class fails closed", &ClassifiedError{Class: "weird"}, 1, Decision{Status: StatusNeedsReview, RequiresAction: true}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			got := p.Decide(c.ce, c.attempts, now)
+			if got != c.want {
+				t.Fatalf("Decide = %+v, want %+v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestRetryPolicyValidate(t *testing.T) {
+	t.Parallel()
+	if err := DefaultRetryPolicy().Validate(); err != nil {
+		t.Fatalf("default policy invalid: %v", err)
+	}
+	if d := DefaultRetryPolicy(); d.MaxAttempts != 5 {
+		t.Fatalf("default max attempts %d, want 5 (Cloudflare Workflows)", d.MaxAttempts)
+	}
+	for _, p := range []RetryPolicy{
+		{Base: 0, Cap: time.Second, MaxAttempts: 1},
+		{Base: time.Second, Cap: time.Millisecond, MaxAttempts: 1},
+		{Base: time.Second, Cap: time.Second, MaxAttempts: 0},
+	} {
+		if err := p.Validate(); !errors.Is(err, ErrInvalidInput) {
+			t.Errorf("%+v: Validate = %v, want ErrInvalidInput", p, err)
+		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	ce := &ClassifiedError{Class: ClassPermanent, Code: "bad_prompt", Message: "the prompt was refused", Cause: errors.New("raw provider text")}
+	if got := Classify(fmt.Errorf("wrapped: %w", ce)); got != ce {
+		t.Fatalf("Classify did not find the wrapped error: %+v", got)
+	}
+	if got := Classify(fmt.Errorf("x: %w", ErrCanceled)); got.Class != ClassCanceled {
+		t.Fatalf("canceled classified as %s", got.Class)
+	}
+	got := Classify(errors.New("secret token=abc"))
+	if got.Class != ClassAmbiguous || got.Code != "internal_error" {
+		t.Fatalf("unclassified error: %+v", got)
+	}
+	if got.Message == "" || strings.Contains(got.Message, "secret") {
+		t.Fatalf("unsafe message %q", got.Message)
+	}
+}

@@ -1,0 +1,312 @@
+// Package sqlite is edgepipe's D1 role: the job store, its event log, the
+// durable queue with its dead-letter queue, the unit/provider-call/claim/asset
+// bookkeeping, and the webhook outbox, all in one SQLite database so that a
+// job, its queue message and its history commit in one transaction.
+//
+// Writes go through a pool of exactly one connection with BEGIN IMMEDIATE, so
+// within a process writers queue in Go instead of spinning on SQLITE_BUSY;
+// across processes the busy timeout makes them wait for each other. Reads use
+// a separate pool and never block writers (WAL).
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/url"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	sqlite3 "github.com/mattn/go-sqlite3"
+
+	"edgepipe/pipeline"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Config configures a Store.
+type Config struct {
+	// Path of the database file. Required.
+	Path string
+	// BusyTimeout is how long a writer waits for another process's write
+	// transaction. Default 10 s.
+	BusyTimeout time.Duration
+	// Synchronous is the WAL synchronous mode: "NORMAL" (default) or "FULL".
+	// NORMAL in WAL mode never corrupts the database; a power loss (not a
+	// process crash) may roll back the last transactions before a
+	// checkpoint. FULL also fsyncs every commit.
+	Synchronous string
+	// MaxDeliveries is how often a queue message may be delivered without
+	// being acked before it goes to the dead-letter queue as poison.
+	// Default 10.
+	MaxDeliveries int
+	// ReadConns is the size of the read pool. Default 4.
+	ReadConns int
+	Clock     pipeline.Clock
+	Logger    *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.BusyTimeout == 0 {
+		c.BusyTimeout = 10 * time.Second
+	}
+	if c.Synchronous == "" {
+		c.Synchronous = "NORMAL"
+	}
+	if c.MaxDeliveries == 0 {
+		c.MaxDeliveries = 10
+	}
+	if c.ReadConns == 0 {
+		c.ReadConns = 4
+	}
+	if c.Clock == nil {
+		c.Clock = pipeline.SystemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports the first bad setting.
+func (c Config) Validate() error {
+	switch {
+	case c.Path == "":
+		return fmt.Errorf("%w: sqlite: database path is empty (EDGEPIPE_DATA_DIR)", pipeline.ErrInvalidInput)
+	case c.BusyTimeout < 0:
+		return fmt.Errorf("%w: sqlite: busy timeout must not be negative", pipeline.ErrInvalidInput)
+	case c.Synchronous != "NORMAL" && c.Synchronous != "FULL":
+		return fmt.Errorf("%w: sqlite: synchronous must be NORMAL or FULL, got %q", pipeline.ErrInvalidInput, c.Synchronous)
+	case c.MaxDeliveries < 1:
+		return fmt.Errorf("%w: sqlite: max deliveries must be at least 1", pipeline.ErrInvalidInput)
+	case c.ReadConns < 1:
+		return fmt.Errorf("%w: sqlite: read pool needs at least one connection", pipeline.ErrInvalidInput)
+	}
+	return nil
+}
+
+// Store is the SQLite job store and queue.
+type Store struct {
+	cfg   Config
+	write *sql.DB // exactly one connection
+	read  *sql.DB
+	clock pipeline.Clock
+	log   *slog.Logger
+}
+
+// Open opens (creating if needed) the database and applies pending migrations.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(cfg.Path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	q := url.Values{}
+	q.Set("_busy_timeout", strconv.FormatInt(cfg.BusyTimeout.Milliseconds(), 10))
+	q.Set("_journal_mode", "WAL")
+	q.Set("_synchronous", cfg.Synchronous)
+	q.Set("_foreign_keys", "1")
+	q.Set("_txlock", "immediate")
+	write, err := sql.Open("sqlite3", "file:"+abs+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open: %w", err)
+	}
+	write.SetMaxOpenConns(1)
+	write.SetMaxIdleConns(1)
+	write.SetConnMaxLifetime(0)
+	write.SetConnMaxIdleTime(0)
+
+	s := &Store{cfg: cfg, write: write, clock: cfg.Clock, log: cfg.Logger}
+	if err := s.migrate(ctx); err != nil {
+		write.Close()
+		return nil, err
+	}
+
+	rq := url.Values{}
+	rq.Set("_busy_timeout", strconv.FormatInt(cfg.BusyTimeout.Milliseconds(), 10))
+	rq.Set("_foreign_keys", "1")
+	rq.Set("mode", "ro")
+	read, err := sql.Open("sqlite3", "file:"+abs+"?"+rq.Encode())
+	if err != nil {
+		write.Close()
+		return nil, fmt.Errorf("sqlite: open read pool: %w", err)
+	}
+	read.SetMaxOpenConns(cfg.ReadConns)
+	read.SetMaxIdleConns(cfg.ReadConns)
+	s.read = read
+	return s, nil
+}
+
+// Close closes both pools.
+func (s *Store) Close() error {
+	return errors.Join(s.read.Close(), s.write.Close())
+}
+
+// Ping checks the database answers (for /readyz).
+func (s *Store) Ping(ctx context.Context) error {
+	var one int
+	if err := s.read.QueryRowContext(ctx, `SELECT 1`).Scan(&one); err != nil {
+		return fmt.Errorf("sqlite: ping: %w", err)
+	}
+	return nil
+}
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func loadMigrations() ([]migration, error) {
+	entries, err := fs.ReadDir(migrationFS, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, e := range entries {
+		name := e.Name()
+		num, _, ok := strings.Cut(name, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || !strings.HasSuffix(name, ".sql") {
+			return nil, fmt.Errorf("sqlite: migration file %q is not named NNNN_name.sql", name)
+		}
+		body, err := migrationFS.ReadFile("migrations/" + name)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{version: v, name: name, sql: string(body)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	for i, m := range ms {
+		if m.version != i+1 {
+			return nil, fmt.Errorf("sqlite: migrations must be numbered 1..n without gaps; found %s at position %d", m.name, i+1)
+		}
+	}
+	return ms, nil
+}
+
+// migrate applies, each in its own transaction, every embedded migration not
+// yet recorded in schema_migrations. Two processes starting at once are
+// serialised by BEGIN IMMEDIATE; the loser sees the version recorded.
+func (s *Store) migrate(ctx context.Context) error {
+	ms, err := loadMigrations()
+	if err != nil {
+		return err
+	}
+	if _, err := s.write.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("sqlite: create schema_migrations: %w", translate(err))
+	}
+	for _, m := range ms {
+		err := s.inTx(ctx, func(tx *sql.Tx) error {
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, m.version).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				return nil
+			}
+			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+				return fmt.Errorf("apply %s: %w", m.name, err)
+			}
+			_, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
+				m.version, m.name, s.now())
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("sqlite: migrate: %w", err)
+		}
+	}
+	var maxV int
+	if err := s.write.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&maxV); err != nil {
+		return fmt.Errorf("sqlite: read schema version: %w", err)
+	}
+	if maxV > len(ms) {
+		return fmt.Errorf("sqlite: database schema version %d is newer than this binary knows (%d); upgrade edgepipe", maxV, len(ms))
+	}
+	return nil
+}
+
+// SchemaVersion returns the highest applied migration.
+func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
+	var v int
+	err := s.read.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&v)
+	return v, translate(err)
+}
+
+// inTx runs fn in a write transaction (BEGIN IMMEDIATE via _txlock).
+func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return translate(err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return translate(tx.Commit())
+}
+
+func (s *Store) now() int64 { return ms(s.clock.Now()) }
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
+
+func nullMS(t time.Time) sql.NullInt64 {
+	if t.IsZero() {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: ms(t), Valid: true}
+}
+
+func timeOf(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return fromMS(v.Int64)
+}
+
+// ErrBusy is returned when the database stayed locked by another process for
+// longer than the busy timeout.
+var ErrBusy = errors.New("sqlite: database busy")
+
+// ErrConstraint marks a write refused by a constraint or trigger.
+var ErrConstraint = errors.New("sqlite: constraint violated")
+
+// translate turns driver errors into the package's and pipeline's sentinels,
+// once, here.
+func translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return pipeline.ErrNotFound
+	}
+	var se sqlite3.Error
+	if errors.As(err, &se) {
+		switch se.Code {
+		case sqlite3.ErrBusy, sqlite3.ErrLocked:
+			return fmt.Errorf("%w: %v", ErrBusy, err)
+		case sqlite3.ErrConstraint:
+			if strings.Contains(se.Error(), "terminal job is immutable") {
+				return fmt.Errorf("%w: %w: %v", ErrConstraint, pipeline.ErrTerminal, err)
+			}
+			if strings.Contains(se.Error(), "invalid job status transition") {
+				return fmt.Errorf("%w: %w: %v", ErrConstraint, pipeline.ErrInvalidTransition, err)
+			}
+			return fmt.Errorf("%w: %v", ErrConstraint, err)
+		}
+	}
+	return err
+}

@@ -1,0 +1,286 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"edgepipe/pipeline"
+)
+
+// NewJob is a job as submitted.
+type NewJob struct {
+	ID                 string
+	Tenant             string
+	Operation          string
+	IdempotencyKey     string
+	RequestFingerprint string
+	Input              json.RawMessage
+	Version            string
+	// Queue the job's message goes to. Empty together with DeadLetterReason
+	// when routing decided the job cannot run in this deployment.
+	Queue string
+	// DeadLetterReason, when set, stores the job directly as dead_lettered
+	// (e.g. unbound_version) instead of enqueuing it.
+	DeadLetterReason string
+	DeadLetterDetail string
+	// DeadLetterQueue is the queue the job would have gone to, kept on the
+	// dead letter for the operator.
+	DeadLetterQueue string
+	WebhookURL      string
+}
+
+const jobColumns = `id, tenant, operation, idempotency_key, request_fingerprint, input_json, frozen_input_json,
+	workflow_version, queue, status, status_changed_at, created_at, updated_at, attempts, next_run_at,
+	attempt_id, lease_owner, lease_expires_at, stage, units_total, units_done, last_error_class,
+	last_error_code, last_error_message, requires_action, cancel_requested_at, result_key, webhook_url`
+
+type rowScanner interface{ Scan(dest ...any) error }
+
+func scanJob(r rowScanner) (pipeline.Job, error) {
+	var (
+		j                                   pipeline.Job
+		frozen, attemptID, owner, resultKey sql.NullString
+		status, errClass                    string
+		statusAt, createdAt, updatedAt      int64
+		nextRun, leaseExp, cancelAt         sql.NullInt64
+		input                               string
+		requiresAction                      int
+	)
+	err := r.Scan(&j.ID, &j.Tenant, &j.Operation, &j.IdempotencyKey, &j.RequestFingerprint, &input, &frozen,
+		&j.Version, &j.Queue, &status, &statusAt, &createdAt, &updatedAt, &j.Attempts, &nextRun,
+		&attemptID, &owner, &leaseExp, &j.Stage, &j.UnitsTotal, &j.UnitsDone, &errClass,
+		&j.LastErrorCode, &j.LastErrorMessage, &requiresAction, &cancelAt, &resultKey, &j.WebhookURL)
+	if err != nil {
+		return pipeline.Job{}, translate(err)
+	}
+	j.Input = json.RawMessage(input)
+	if frozen.Valid {
+		j.FrozenInput = json.RawMessage(frozen.String)
+	}
+	j.Status = pipeline.Status(status)
+	j.StatusChangedAt, j.CreatedAt, j.UpdatedAt = fromMS(statusAt), fromMS(createdAt), fromMS(updatedAt)
+	j.NextRunAt, j.LeaseExpiresAt, j.CancelRequestedAt = timeOf(nextRun), timeOf(leaseExp), timeOf(cancelAt)
+	j.AttemptID, j.LeaseOwner, j.ResultKey = attemptID.String, owner.String, resultKey.String
+	j.LastErrorClass = pipeline.ErrorClass(errClass)
+	j.RequiresAction = requiresAction == 1
+	return j, nil
+}
+
+// CreateJob inserts a job and, in the same transaction, its queue message (or
+// its dead letter). If the tenant already used the idempotency key for this
+// operation, it returns the existing job with created=false when the
+// fingerprints match, and an error matching pipeline.ErrIdempotencyReused when
+// they do not.
+func (s *Store) CreateJob(ctx context.Context, nj NewJob) (job pipeline.Job, created bool, err error) {
+	if nj.ID == "" || nj.Tenant == "" || nj.Operation == "" || nj.IdempotencyKey == "" || nj.RequestFingerprint == "" {
+		return pipeline.Job{}, false, fmt.Errorf("%w: job id, tenant, operation, idempotency key and fingerprint are required", pipeline.ErrInvalidInput)
+	}
+	if (nj.Queue == "") == (nj.DeadLetterReason == "") {
+		return pipeline.Job{}, false, fmt.Errorf("%w: a new job needs exactly one of a queue or a dead-letter reason", pipeline.ErrInvalidInput)
+	}
+	if len(nj.Input) == 0 {
+		nj.Input = json.RawMessage("{}")
+	}
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		existing, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs
+			WHERE tenant = ? AND operation = ? AND idempotency_key = ?`, nj.Tenant, nj.Operation, nj.IdempotencyKey))
+		switch {
+		case err == nil:
+			if existing.RequestFingerprint != nj.RequestFingerprint {
+				return fmt.Errorf("%w (job %s)", pipeline.ErrIdempotencyReused, existing.ID)
+			}
+			job = existing
+			return nil
+		case !errors.Is(err, pipeline.ErrNotFound):
+			return err
+		}
+		now := s.now()
+		status := pipeline.StatusPending
+		if nj.DeadLetterReason != "" {
+			status = pipeline.StatusDeadLettered
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO jobs (id, tenant, operation, idempotency_key, request_fingerprint,
+			input_json, workflow_version, queue, status, status_changed_at, created_at, updated_at, webhook_url,
+			last_error_code, last_error_message, requires_action)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			nj.ID, nj.Tenant, nj.Operation, nj.IdempotencyKey, nj.RequestFingerprint, string(nj.Input),
+			nj.Version, nj.Queue, status, now, now, now, nj.WebhookURL,
+			nj.DeadLetterReason, deadLetterMessage(nj.DeadLetterReason), boolInt(nj.DeadLetterReason != ""))
+		if err != nil {
+			if errors.Is(translate(err), ErrConstraint) {
+				return fmt.Errorf("%w: job id %s is taken", pipeline.ErrAlreadyExists, nj.ID)
+			}
+			return err
+		}
+		evID, err := appendEvent(ctx, tx, now, nj.ID, pipeline.EventCreated, "", pipeline.StatusPending, "", map[string]any{"version": nj.Version, "queue": nj.Queue})
+		if err != nil {
+			return err
+		}
+		if nj.DeadLetterReason != "" {
+			evID, err = appendEvent(ctx, tx, now, nj.ID, pipeline.EventStatus, pipeline.StatusPending, pipeline.StatusDeadLettered, "",
+				map[string]any{"reason": nj.DeadLetterReason})
+			if err != nil {
+				return err
+			}
+			if _, err := insertDeadLetter(ctx, tx, now, nj.ID, nj.DeadLetterQueue, nj.DeadLetterReason, nj.DeadLetterDetail); err != nil {
+				return err
+			}
+			if err := enqueueWebhook(ctx, tx, now, nj.ID, nj.WebhookURL, evID, pipeline.StatusDeadLettered); err != nil {
+				return err
+			}
+		} else if err := enqueue(ctx, tx, now, nj.Queue, nj.ID, now); err != nil {
+			return err
+		}
+		job, err = scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, nj.ID))
+		created = true
+		return err
+	})
+	if err != nil {
+		return pipeline.Job{}, false, err
+	}
+	return job, created, nil
+}
+
+// deadLetterMessage is the safe text shown for a dead-letter reason.
+func deadLetterMessage(reason string) string {
+	switch reason {
+	case "":
+		return ""
+	case pipeline.ReasonUnboundVersion:
+		return "this deployment serves no binding for the job's workflow version; an operator can redrive it once the version is bound"
+	case pipeline.ReasonPoison:
+		return "the job's message was delivered too many times without completing; an operator must look at it"
+	case pipeline.ReasonRetriesExhausted:
+		return "the job failed on every allowed attempt; an operator can redrive it"
+	}
+	return "the job was moved to the dead-letter queue"
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// GetJob returns a job by id.
+func (s *Store) GetJob(ctx context.Context, id string) (pipeline.Job, error) {
+	return scanJob(s.read.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id))
+}
+
+// GetTenantJob returns a job only if it belongs to tenant; another tenant's
+// job is reported exactly like a missing one.
+func (s *Store) GetTenantJob(ctx context.Context, tenant, id string) (pipeline.Job, error) {
+	return scanJob(s.read.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ? AND tenant = ?`, id, tenant))
+}
+
+// ListFilter selects jobs for ListJobs.
+type ListFilter struct {
+	Tenant string // required unless AllTenants
+	// AllTenants is for operators.
+	AllTenants     bool
+	Statuses       []pipeline.Status
+	RequiresAction bool
+	// After is the cursor: the (created_at, id) of the last job of the
+	// previous page, as returned in ListPage.Next.
+	After Cursor
+	Limit int
+}
+
+// Cursor is an opaque position in a listing ordered by (created_at, id).
+type Cursor struct {
+	CreatedAtMS int64
+	ID          string
+}
+
+// ListJobs returns jobs newest first, at most Limit (default 50, max 500),
+// and the cursor of the next page (zero when there is none).
+func (s *Store) ListJobs(ctx context.Context, f ListFilter) ([]pipeline.Job, Cursor, error) {
+	if f.Limit <= 0 {
+		f.Limit = 50
+	}
+	f.Limit = min(f.Limit, 500)
+	q := `SELECT ` + jobColumns + ` FROM jobs WHERE 1=1`
+	var args []any
+	if !f.AllTenants {
+		if f.Tenant == "" {
+			return nil, Cursor{}, fmt.Errorf("%w: listing needs a tenant", pipeline.ErrInvalidInput)
+		}
+		q += ` AND tenant = ?`
+		args = append(args, f.Tenant)
+	}
+	if len(f.Statuses) > 0 {
+		q += ` AND status IN (` + placeholders(len(f.Statuses)) + `)`
+		for _, st := range f.Statuses {
+			args = append(args, string(st))
+		}
+	}
+	if f.RequiresAction {
+		q += ` AND requires_action = 1`
+	}
+	if f.After.ID != "" {
+		q += ` AND (created_at < ? OR (created_at = ? AND id < ?))`
+		args = append(args, f.After.CreatedAtMS, f.After.CreatedAtMS, f.After.ID)
+	}
+	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
+	args = append(args, f.Limit+1)
+	rows, err := s.read.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, Cursor{}, translate(err)
+	}
+	defer rows.Close()
+	var jobs []pipeline.Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, Cursor{}, err
+		}
+		jobs = append(jobs, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, Cursor{}, translate(err)
+	}
+	var next Cursor
+	if len(jobs) > f.Limit {
+		jobs = jobs[:f.Limit]
+		last := jobs[len(jobs)-1]
+		next = Cursor{CreatedAtMS: ms(last.CreatedAt), ID: last.ID}
+	}
+	return jobs, next, nil
+}
+
+// CountByStatus returns how many jobs are in each status (for /metrics).
+func (s *Store) CountByStatus(ctx context.Context) (map[pipeline.Status]int, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT status, count(*) FROM jobs GROUP BY status`)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	out := map[pipeline.Status]int{}
+	for rows.Next() {
+		var st string
+		var n int
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, translate(err)
+		}
+		out[pipeline.Status(st)] = n
+	}
+	return out, translate(rows.Err())
+}
+
+func placeholders(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	b := make([]byte, 0, 2*n)
+	for i := range n {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '?')
+	}
+	return string(b)
+}

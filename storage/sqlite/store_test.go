@@ -1,0 +1,494 @@
+package sqlite
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"edgepipe/pipeline"
+)
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func openTest(t *testing.T, path string, clock pipeline.Clock) *Store {
+	t.Helper()
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "edgepipe.db")
+	}
+	s, err := Open(context.Background(), Config{Path: path, Clock: clock, MaxDeliveries: 3})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func newJob(id string) NewJob {
+	return NewJob{
+		ID: id, Tenant: "acme", Operation: "render_video", IdempotencyKey: "key-" + id,
+		RequestFingerprint: "fp-" + id, Input: json.RawMessage(`{"title":"t"}`), Version: "v1", Queue: "render-v1",
+	}
+}
+
+func mustCreate(t *testing.T, s *Store, nj NewJob) pipeline.Job {
+	t.Helper()
+	j, created, err := s.CreateJob(context.Background(), nj)
+	if err != nil || !created {
+		t.Fatalf("create %s: created=%v err=%v", nj.ID, created, err)
+	}
+	return j
+}
+
+func fetchOne(t *testing.T, s *Store, queue, owner string) Claimed {
+	t.Helper()
+	cs, _, err := s.Fetch(context.Background(), queue, owner, 1, time.Minute)
+	if err != nil {
+		t.Fatalf("fetch: %v", err)
+	}
+	if len(cs) != 1 {
+		t.Fatalf("fetch got %d jobs, want 1", len(cs))
+	}
+	return cs[0]
+}
+
+func statusOf(t *testing.T, s *Store, id string) pipeline.Status {
+	t.Helper()
+	j, err := s.GetJob(context.Background(), id)
+	if err != nil {
+		t.Fatalf("get %s: %v", id, err)
+	}
+	return j.Status
+}
+
+func countRows(t *testing.T, s *Store, q string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := s.read.QueryRow(q, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return n
+}
+
+func TestMigrationsRecordedAndIdempotent(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "m.db")
+	s := openTest(t, path, nil)
+	v, err := s.SchemaVersion(context.Background())
+	if err != nil || v != 1 {
+		t.Fatalf("schema version %d, %v", v, err)
+	}
+	s2 := openTest(t, path, nil) // reopening applies nothing twice
+	if n := countRows(t, s2, `SELECT count(*) FROM schema_migrations`); n != 1 {
+		t.Fatalf("schema_migrations has %d rows", n)
+	}
+	var mode string
+	if err := s.write.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "wal" {
+		t.Fatalf("journal mode %q, %v", mode, err)
+	}
+	var fk int
+	if err := s.write.QueryRow(`PRAGMA foreign_keys`).Scan(&fk); err != nil || fk != 1 {
+		t.Fatalf("foreign keys %d, %v", fk, err)
+	}
+}
+
+func TestNewerSchemaRefused(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "m.db")
+	s := openTest(t, path, nil)
+	if _, err := s.write.Exec(`INSERT INTO schema_migrations VALUES (99, '0099_future.sql', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(context.Background(), Config{Path: path}); err == nil {
+		t.Fatal("opened a database with a newer schema")
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	for _, c := range []Config{{}, {Path: "x", Synchronous: "OFF"}, {Path: "x", BusyTimeout: -1}} {
+		if _, err := Open(context.Background(), c); !errors.Is(err, pipeline.ErrInvalidInput) {
+			t.Errorf("Open(%+v) = %v, want ErrInvalidInput", c, err)
+		}
+	}
+}
+
+func TestCreateJobIdempotency(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, "", pipeline.NewManualClock(t0))
+	nj := newJob("v1-a")
+	j := mustCreate(t, s, nj)
+	if j.Status != pipeline.StatusPending || j.Version != "v1" || j.Queue != "render-v1" {
+		t.Fatalf("created job %+v", j)
+	}
+	// Same key, same fingerprint, even with another id: the existing job.
+	again := nj
+	again.ID = "v1-b"
+	j2, created, err := s.CreateJob(ctx, again)
+	if err != nil || created || j2.ID != "v1-a" {
+		t.Fatalf("replay: id=%s created=%v err=%v", j2.ID, created, err)
+	}
+	// Same key, different fingerprint: refused.
+	diff := nj
+	diff.ID, diff.RequestFingerprint = "v1-c", "other"
+	if _, _, err := s.CreateJob(ctx, diff); !errors.Is(err, pipeline.ErrIdempotencyReused) {
+		t.Fatalf("mismatch: %v", err)
+	}
+	// The key is scoped to (tenant, operation).
+	other := nj
+	other.ID, other.Tenant = "v1-d", "globex"
+	mustCreate(t, s, other)
+	other2 := nj
+	other2.ID, other2.Operation = "v1-e", "render_audio"
+	mustCreate(t, s, other2)
+	if n := countRows(t, s, `SELECT count(*) FROM jobs`); n != 3 {
+		t.Fatalf("%d jobs, want 3", n)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM queue_messages`); n != 3 {
+		t.Fatalf("%d messages, want 3 (one per job, same transaction)", n)
+	}
+	// A taken id with a fresh key is refused, not overwritten.
+	dup := newJob("v1-a")
+	dup.IdempotencyKey = "fresh"
+	if _, _, err := s.CreateJob(ctx, dup); !errors.Is(err, pipeline.ErrAlreadyExists) {
+		t.Fatalf("duplicate id: %v", err)
+	}
+}
+
+func TestCreateJobConcurrentSameKeyOneJob(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "c.db")
+	a := openTest(t, path, nil)
+	b := openTest(t, path, nil)
+	errs := make(chan error, 40)
+	ids := make(chan string, 40)
+	for i := range 40 {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		go func() {
+			nj := newJob(fmt.Sprintf("v1-r%d", i))
+			nj.IdempotencyKey, nj.RequestFingerprint = "same", "same-fp"
+			j, _, err := s.CreateJob(context.Background(), nj)
+			errs <- err
+			ids <- j.ID
+		}()
+	}
+	first := ""
+	for range 40 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		id := <-ids
+		if first == "" {
+			first = id
+		}
+		if id != first {
+			t.Fatalf("two jobs for one key: %s and %s", first, id)
+		}
+	}
+	if n := countRows(t, a, `SELECT count(*) FROM jobs`); n != 1 {
+		t.Fatalf("%d jobs", n)
+	}
+}
+
+func TestDeadLetteredAtSubmission(t *testing.T) {
+	t.Parallel()
+	s := openTest(t, "", pipeline.NewManualClock(t0))
+	nj := newJob("v2-x")
+	nj.Version, nj.Queue = "v2", ""
+	nj.DeadLetterReason, nj.DeadLetterQueue, nj.DeadLetterDetail = pipeline.ReasonUnboundVersion, "render-v2", "v2 is not bound"
+	j := mustCreate(t, s, nj)
+	if j.Status != pipeline.StatusDeadLettered || j.LastErrorCode != pipeline.ReasonUnboundVersion || !j.RequiresAction {
+		t.Fatalf("job %+v", j)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM queue_messages`); n != 0 {
+		t.Fatalf("unbound job was enqueued (%d messages)", n)
+	}
+	dls, err := s.ListDeadLetters(context.Background(), false, 0, 10)
+	if err != nil || len(dls) != 1 || dls[0].Reason != pipeline.ReasonUnboundVersion || dls[0].Queue != "render-v2" {
+		t.Fatalf("dead letters %+v, %v", dls, err)
+	}
+	bad := newJob("v1-y")
+	bad.Queue = ""
+	if _, _, err := s.CreateJob(context.Background(), bad); !errors.Is(err, pipeline.ErrInvalidInput) {
+		t.Fatalf("job with neither queue nor dead letter: %v", err)
+	}
+}
+
+func TestFetchClaimFinish(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := pipeline.NewManualClock(t0)
+	s := openTest(t, "", clock)
+	mustCreate(t, s, newJob("v1-a"))
+	c := fetchOne(t, s, "render-v1", "w1")
+	if c.Job.Status != pipeline.StatusRunning || c.Lease.Attempt != 1 || c.Lease.AttemptID == "" || c.Deliveries != 1 {
+		t.Fatalf("claimed %+v", c)
+	}
+	// The message is invisible while leased.
+	if cs, _, _ := s.Fetch(ctx, "render-v1", "w2", 10, time.Minute); len(cs) != 0 {
+		t.Fatalf("leased job fetched again: %+v", cs)
+	}
+	// Other queues do not see it.
+	if cs, _, _ := s.Fetch(ctx, "render-v2", "w2", 10, time.Minute); len(cs) != 0 {
+		t.Fatal("job fetched from the wrong queue")
+	}
+	if err := s.Finish(ctx, c.Lease, pipeline.Outcome{Status: pipeline.StatusSucceeded, ResultKey: "renders/x.mp4"}); err != nil {
+		t.Fatal(err)
+	}
+	j, _ := s.GetJob(ctx, "v1-a")
+	if j.Status != pipeline.StatusSucceeded || j.ResultKey != "renders/x.mp4" || j.LeaseOwner != "" {
+		t.Fatalf("finished job %+v", j)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM queue_messages`); n != 0 {
+		t.Fatalf("message not acked with the finish: %d left", n)
+	}
+	evs, err := s.Events(ctx, "v1-a", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, e := range evs {
+		kinds = append(kinds, e.Kind+":"+string(e.FromStatus)+">"+string(e.ToStatus))
+	}
+	want := fmt.Sprint([]string{"created:>pending", "status:pending>running", "status:running>succeeded"})
+	if fmt.Sprint(kinds) != want {
+		t.Fatalf("events %v, want %v", kinds, want)
+	}
+}
+
+func TestRetryWaitReschedulesMessage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := pipeline.NewManualClock(t0)
+	s := openTest(t, "", clock)
+	mustCreate(t, s, newJob("v1-a"))
+	c := fetchOne(t, s, "render-v1", "w1")
+	next := t0.Add(30 * time.Second)
+	if err := s.Finish(ctx, c.Lease, pipeline.Outcome{Status: pipeline.StatusRetryWait, NextRunAt: next,
+		ErrorClass: pipeline.ClassTransient, ErrorCode: "provider_rate_limited", ErrorMessage: "slow down"}); err != nil {
+		t.Fatal(err)
+	}
+	j, _ := s.GetJob(ctx, "v1-a")
+	if j.Status != pipeline.StatusRetryWait || !j.NextRunAt.Equal(next) || j.LastErrorCode != "provider_rate_limited" {
+		t.Fatalf("job %+v", j)
+	}
+	clock.Advance(29 * time.Second)
+	if cs, _, _ := s.Fetch(ctx, "render-v1", "w1", 10, time.Minute); len(cs) != 0 {
+		t.Fatal("fetched before next_run_at")
+	}
+	clock.Advance(time.Second)
+	c2 := fetchOne(t, s, "render-v1", "w2")
+	if c2.Lease.Attempt != 2 || c2.Lease.AttemptID == c.Lease.AttemptID {
+		t.Fatalf("second attempt %+v", c2.Lease)
+	}
+	if c2.Deliveries != 1 {
+		t.Fatalf("delivery count %d after a finished attempt, want it restarted at 1", c2.Deliveries)
+	}
+}
+
+// Attempt A claims, its lease expires, B claims: every write A makes
+// afterwards fails with a FenceError and changes nothing.
+func TestFencingZombieAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := pipeline.NewManualClock(t0)
+	s := openTest(t, "", clock)
+	mustCreate(t, s, newJob("v1-a"))
+	a := fetchOne(t, s, "render-v1", "worker-a")
+	if _, err := s.FreezeInput(ctx, a.Lease, json.RawMessage(`{"frozen":"a"}`), 3); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(61 * time.Second)
+	b := fetchOne(t, s, "render-v1", "worker-b")
+	if b.Lease.Attempt != 2 || b.Job.Status != pipeline.StatusRunning {
+		t.Fatalf("takeover %+v", b)
+	}
+	before := snapshot(t, s)
+	writes := map[string]func() error{
+		"finish": func() error {
+			return s.Finish(ctx, a.Lease, pipeline.Outcome{Status: pipeline.StatusSucceeded, ResultKey: "zombie"})
+		},
+		"fail":    func() error { return s.Finish(ctx, a.Lease, pipeline.Outcome{Status: pipeline.StatusFailed}) },
+		"release": func() error { return s.Release(ctx, a.Lease) },
+		"heartbeat": func() error {
+			_, err := s.Heartbeat(ctx, a.Lease, time.Minute)
+			return err
+		},
+		"freeze": func() error {
+			_, err := s.FreezeInput(ctx, a.Lease, json.RawMessage(`{}`), 1)
+			return err
+		},
+		"stage": func() error { return s.StageFinished(ctx, a.Lease, "execute", 3, nil) },
+		"event": func() error { return s.AppendEvent(ctx, a.Lease, pipeline.EventUnitGenerated, nil) },
+		"finishMany": func() error {
+			errs, err := s.FinishMany(ctx, []Finished{{Lease: a.Lease, Outcome: pipeline.Outcome{Status: pipeline.StatusSucceeded}}})
+			return errors.Join(err, errs[0])
+		},
+	}
+	for name, w := range writes {
+		err := w()
+		var fe *pipeline.FenceError
+		if !errors.As(err, &fe) || !errors.Is(err, pipeline.ErrLeaseLost) {
+			t.Errorf("%s by zombie: err = %v, want FenceError", name, err)
+		}
+	}
+	if after := snapshot(t, s); after != before {
+		t.Fatalf("zombie writes changed the database:\nbefore %s\nafter  %s", before, after)
+	}
+	// B still works.
+	if err := s.Finish(ctx, b.Lease, pipeline.Outcome{Status: pipeline.StatusSucceeded}); err != nil {
+		t.Fatalf("live attempt: %v", err)
+	}
+	// Even an unexpired lease whose attempt was replaced is fenced: after
+	// B finished, A's old lease id cannot write.
+}
+
+// snapshot renders every mutable table so a test can show nothing changed.
+func snapshot(t *testing.T, s *Store) string {
+	t.Helper()
+	out := ""
+	for _, q := range []string{
+		`SELECT group_concat(id||status||coalesce(attempt_id,'')||coalesce(lease_expires_at,'')||coalesce(result_key,'')||stage||units_done||coalesce(frozen_input_json,''), '|') FROM jobs`,
+		`SELECT count(*)||':'||coalesce(max(id),0) FROM job_events`,
+		`SELECT group_concat(id||':'||visible_at||':'||delivery_count, '|') FROM queue_messages`,
+		`SELECT count(*) FROM dead_letters`,
+		`SELECT count(*) FROM webhook_outbox`,
+	} {
+		var v any
+		if err := s.read.QueryRow(q).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		out += fmt.Sprint(v) + ";"
+	}
+	return out
+}
+
+func TestHeartbeatKeepsLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := pipeline.NewManualClock(t0)
+	s := openTest(t, "", clock)
+	mustCreate(t, s, newJob("v1-a"))
+	a := fetchOne(t, s, "render-v1", "w1")
+	for range 5 {
+		clock.Advance(40 * time.Second)
+		var err error
+		if a.Lease, err = s.Heartbeat(ctx, a.Lease, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if cs, _, _ := s.Fetch(ctx, "render-v1", "w2", 1, time.Minute); len(cs) != 0 {
+			t.Fatal("a heartbeating job was taken over")
+		}
+	}
+	if !a.Lease.ExpiresAt.Equal(clock.Now().Add(time.Minute)) {
+		t.Fatalf("lease expires %s", a.Lease.ExpiresAt)
+	}
+}
+
+func TestRedeliveryForTerminalJobChangesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := pipeline.NewManualClock(t0)
+	s := openTest(t, "", clock)
+	mustCreate(t, s, newJob("v1-a"))
+	c := fetchOne(t, s, "render-v1", "w1")
+	if err := s.Finish(ctx, c.Lease, pipeline.Outcome{Status: pipeline.StatusSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	// A duplicate message arrives (at-least-once delivery).
+	if err := s.Enqueue(ctx, "render-v1", "v1-a", 0); err != nil {
+		t.Fatal(err)
+	}
+	events := countRows(t, s, `SELECT count(*) FROM job_events`)
+	cs, st, err := s.Fetch(ctx, "render-v1", "w2", 10, time.Minute)
+	if err != nil || len(cs) != 0 || st.AckedSettled != 1 {
+		t.Fatalf("fetch: %+v %+v %v", cs, st, err)
+	}
+	if got := countRows(t, s, `SELECT count(*) FROM queue_messages`); got != 0 {
+		t.Fatalf("duplicate not acked: %d", got)
+	}
+	if got := countRows(t, s, `SELECT count(*) FROM job_events`); got != events {
+		t.Fatal("a redelivery to a terminal job wrote an event")
+	}
+	j, _ := s.GetJob(ctx, "v1-a")
+	if j.Status != pipeline.StatusSucceeded || j.Attempts != 1 {
+		t.Fatalf("terminal job changed: %+v", j)
+	}
+}
+
+func TestDatabaseRefusesTerminalChange(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, "", pipeline.NewManualClock(t0))
+	for _, st := range []pipeline.Status{pipeline.StatusSucceeded, pipeline.StatusFailed, pipeline.StatusCanceled} {
+		id := "v1-" + string(st)
+		mustCreate(t, s, newJob(id))
+		c := fetchOne(t, s, "render-v1", "w")
+		if err := s.Finish(ctx, c.Lease, pipeline.Outcome{Status: st}); err != nil {
+			t.Fatal(err)
+		}
+		// Bypass the Go code: the trigger is the second wall.
+		for _, to := range pipeline.AllStatuses {
+			_, err := s.write.ExecContext(ctx, `UPDATE jobs SET status = ? WHERE id = ?`, string(to), id)
+			if err == nil {
+				t.Errorf("database let terminal %s become %s", st, to)
+			}
+		}
+		if _, err := s.write.ExecContext(ctx, `UPDATE jobs SET attempts = 99 WHERE id = ?`, id); err == nil {
+			t.Errorf("database let a terminal job's attempts change")
+		}
+		if got := statusOf(t, s, id); got != st {
+			t.Fatalf("%s became %s", st, got)
+		}
+	}
+	if _, err := s.write.ExecContext(ctx, `DELETE FROM jobs`); err == nil {
+		t.Error("jobs can be deleted")
+	}
+	if _, err := s.write.ExecContext(ctx, `UPDATE job_events SET kind = 'x'`); err == nil {
+		t.Error("events can be rewritten")
+	}
+}
+
+// The trigger carries exactly the transition table of pipeline: every
+// allowed edge passes, every refused one aborts.
+func TestTriggerMatchesTransitionTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, "", pipeline.NewManualClock(t0))
+	table := pipeline.Transitions()
+	i := 0
+	for _, from := range pipeline.AllStatuses {
+		for _, to := range pipeline.AllStatuses {
+			if from == to {
+				continue
+			}
+			i++
+			id := fmt.Sprintf("v1-t%d", i)
+			// The trigger guards updates; inserting in any status is how a
+			// row gets into `from` without walking the graph.
+			if _, err := s.write.ExecContext(ctx, `INSERT INTO jobs (id, tenant, operation, idempotency_key,
+				request_fingerprint, input_json, workflow_version, queue, status, status_changed_at, created_at, updated_at)
+				VALUES (?, 't', 'op', ?, 'fp', '{}', 'v1', 'render-v1', ?, 0, 0, 0)`, id, id, string(from)); err != nil {
+				t.Fatal(err)
+			}
+			_, err := s.write.ExecContext(ctx, `UPDATE jobs SET status = ? WHERE id = ?`, string(to), id)
+			allowed := false
+			for _, x := range table[from] {
+				allowed = allowed || x == to
+			}
+			if allowed && err != nil {
+				t.Errorf("%s > %s refused by the database: %v", from, to, err)
+			}
+			if !allowed && err == nil {
+				t.Errorf("%s > %s allowed by the database", from, to)
+			}
+		}
+	}
+}
