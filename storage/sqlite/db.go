@@ -96,6 +96,7 @@ func (c Config) Validate() error {
 type Store struct {
 	cfg   Config
 	write *sql.DB // exactly one connection
+	stmts stmtCache
 	read  *sql.DB
 	clock pipeline.Clock
 	log   *slog.Logger
@@ -127,6 +128,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	write.SetConnMaxIdleTime(0)
 
 	s := &Store{cfg: cfg, write: write, clock: cfg.Clock, log: cfg.Logger}
+	s.stmts.db = write
 	if err := s.migrate(ctx); err != nil {
 		write.Close()
 		return nil, err
@@ -149,6 +151,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 
 // Close closes both pools.
 func (s *Store) Close() error {
+	s.stmts.close()
 	return errors.Join(s.read.Close(), s.write.Close())
 }
 
@@ -208,7 +211,7 @@ func (s *Store) migrate(ctx context.Context) error {
 		return fmt.Errorf("sqlite: create schema_migrations: %w", translate(err))
 	}
 	for _, m := range ms {
-		err := s.inTx(ctx, func(tx *sql.Tx) error {
+		err := s.inTx(ctx, func(tx *wtx) error {
 			var n int
 			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, m.version).Scan(&n); err != nil {
 				return err
@@ -216,7 +219,8 @@ func (s *Store) migrate(ctx context.Context) error {
 			if n > 0 {
 				return nil
 			}
-			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			// Multi-statement scripts cannot be prepared; run them raw.
+			if _, err := tx.tx.ExecContext(ctx, m.sql); err != nil {
 				return fmt.Errorf("apply %s: %w", m.name, err)
 			}
 			_, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
@@ -245,12 +249,15 @@ func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 }
 
 // inTx runs fn in a write transaction (BEGIN IMMEDIATE via _txlock).
-func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+func (s *Store) inTx(ctx context.Context, fn func(*wtx) error) error {
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
 		return translate(err)
 	}
-	if err := fn(tx); err != nil {
+	// Statements first seen in this transaction are prepared on the pool
+	// once it is free again (the pool's one connection is ours until then).
+	defer s.stmts.preparePending(ctx)
+	if err := fn(&wtx{tx: tx, cache: &s.stmts}); err != nil {
 		_ = tx.Rollback()
 		return err
 	}

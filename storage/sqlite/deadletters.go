@@ -8,7 +8,7 @@ import (
 	"edgepipe/pipeline"
 )
 
-func insertDeadLetter(ctx context.Context, tx *sql.Tx, now int64, jobID, queue, reason, detail string) (int64, error) {
+func insertDeadLetter(ctx context.Context, tx *wtx, now int64, jobID, queue, reason, detail string) (int64, error) {
 	res, err := tx.ExecContext(ctx, `INSERT INTO dead_letters (job_id, queue, reason, detail, dead_lettered_at) VALUES (?, ?, ?, ?, ?)`,
 		jobID, queue, reason, detail, now)
 	if err != nil {
@@ -88,7 +88,7 @@ func (s *Store) Redrive(ctx context.Context, deadLetterID int64, queue, operator
 		return pipeline.Job{}, fmt.Errorf("%w: redrive needs a queue", pipeline.ErrInvalidInput)
 	}
 	var job pipeline.Job
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, func(tx *wtx) error {
 		now := s.now()
 		d, err := scanDeadLetter(tx.QueryRowContext(ctx, `SELECT `+deadLetterColumns+` FROM dead_letters WHERE id = ?`, deadLetterID))
 		if err != nil {

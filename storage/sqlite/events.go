@@ -2,13 +2,12 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 
 	"edgepipe/pipeline"
 )
 
-func appendEvent(ctx context.Context, tx *sql.Tx, now int64, jobID, kind string, from, to pipeline.Status, attemptID string, detail any) (int64, error) {
+func appendEvent(ctx context.Context, tx *wtx, now int64, jobID, kind string, from, to pipeline.Status, attemptID string, detail any) (int64, error) {
 	d := "{}"
 	if detail != nil {
 		b, err := json.Marshal(detail)
@@ -54,7 +53,7 @@ func (s *Store) Events(ctx context.Context, jobID string, afterID int64, limit i
 // AppendEvent records a non-status event (stage or unit progress) for the
 // attempt holding lease; it is fenced like every other attempt write.
 func (s *Store) AppendEvent(ctx context.Context, lease pipeline.Lease, kind string, detail any) error {
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.inTx(ctx, func(tx *wtx) error {
 		now := s.now()
 		if err := checkFence(ctx, tx, now, lease, "append event"); err != nil {
 			return err
@@ -66,7 +65,7 @@ func (s *Store) AppendEvent(ctx context.Context, lease pipeline.Lease, kind stri
 
 // enqueueWebhook writes an outbox delivery for a settled job, in the
 // transaction that settled it.
-func enqueueWebhook(ctx context.Context, tx *sql.Tx, now int64, jobID, url string, eventID int64, status pipeline.Status) error {
+func enqueueWebhook(ctx context.Context, tx *wtx, now int64, jobID, url string, eventID int64, status pipeline.Status) error {
 	if url == "" || !status.Settled() {
 		return nil
 	}

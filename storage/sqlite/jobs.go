@@ -75,73 +75,102 @@ func scanJob(r rowScanner) (pipeline.Job, error) {
 // fingerprints match, and an error matching pipeline.ErrIdempotencyReused when
 // they do not.
 func (s *Store) CreateJob(ctx context.Context, nj NewJob) (job pipeline.Job, created bool, err error) {
-	if nj.ID == "" || nj.Tenant == "" || nj.Operation == "" || nj.IdempotencyKey == "" || nj.RequestFingerprint == "" {
-		return pipeline.Job{}, false, fmt.Errorf("%w: job id, tenant, operation, idempotency key and fingerprint are required", pipeline.ErrInvalidInput)
+	if err := validateNewJob(nj); err != nil {
+		return pipeline.Job{}, false, err
 	}
-	if (nj.Queue == "") == (nj.DeadLetterReason == "") {
-		return pipeline.Job{}, false, fmt.Errorf("%w: a new job needs exactly one of a queue or a dead-letter reason", pipeline.ErrInvalidInput)
-	}
-	if len(nj.Input) == 0 {
-		nj.Input = json.RawMessage("{}")
-	}
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		existing, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs
-			WHERE tenant = ? AND operation = ? AND idempotency_key = ?`, nj.Tenant, nj.Operation, nj.IdempotencyKey))
-		switch {
-		case err == nil:
-			if existing.RequestFingerprint != nj.RequestFingerprint {
-				return fmt.Errorf("%w (job %s)", pipeline.ErrIdempotencyReused, existing.ID)
-			}
-			job = existing
-			return nil
-		case !errors.Is(err, pipeline.ErrNotFound):
-			return err
-		}
-		now := s.now()
-		status := pipeline.StatusPending
-		if nj.DeadLetterReason != "" {
-			status = pipeline.StatusDeadLettered
-		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO jobs (id, tenant, operation, idempotency_key, request_fingerprint,
-			input_json, workflow_version, queue, status, status_changed_at, created_at, updated_at, webhook_url,
-			last_error_code, last_error_message, requires_action)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			nj.ID, nj.Tenant, nj.Operation, nj.IdempotencyKey, nj.RequestFingerprint, string(nj.Input),
-			nj.Version, nj.Queue, status, now, now, now, nj.WebhookURL,
-			nj.DeadLetterReason, deadLetterMessage(nj.DeadLetterReason), boolInt(nj.DeadLetterReason != ""))
-		if err != nil {
-			if errors.Is(translate(err), ErrConstraint) {
-				return fmt.Errorf("%w: job id %s is taken", pipeline.ErrAlreadyExists, nj.ID)
-			}
-			return err
-		}
-		evID, err := appendEvent(ctx, tx, now, nj.ID, pipeline.EventCreated, "", pipeline.StatusPending, "", map[string]any{"version": nj.Version, "queue": nj.Queue})
-		if err != nil {
-			return err
-		}
-		if nj.DeadLetterReason != "" {
-			evID, err = appendEvent(ctx, tx, now, nj.ID, pipeline.EventStatus, pipeline.StatusPending, pipeline.StatusDeadLettered, "",
-				map[string]any{"reason": nj.DeadLetterReason})
-			if err != nil {
-				return err
-			}
-			if _, err := insertDeadLetter(ctx, tx, now, nj.ID, nj.DeadLetterQueue, nj.DeadLetterReason, nj.DeadLetterDetail); err != nil {
-				return err
-			}
-			if err := enqueueWebhook(ctx, tx, now, nj.ID, nj.WebhookURL, evID, pipeline.StatusDeadLettered); err != nil {
-				return err
-			}
-		} else if err := enqueue(ctx, tx, now, nj.Queue, nj.ID, now); err != nil {
-			return err
-		}
-		job, err = scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, nj.ID))
-		created = true
+	err = s.inTx(ctx, func(tx *wtx) error {
+		job, created, err = s.createJobTx(ctx, tx, s.now(), nj)
 		return err
 	})
 	if err != nil {
 		return pipeline.Job{}, false, err
 	}
 	return job, created, nil
+}
+
+// CreateJobs inserts many jobs in one transaction (bulk submission and the
+// burn-down benchmark); each follows CreateJob's rules, and the first error
+// rolls the whole batch back.
+func (s *Store) CreateJobs(ctx context.Context, njs []NewJob) error {
+	for _, nj := range njs {
+		if err := validateNewJob(nj); err != nil {
+			return err
+		}
+	}
+	return s.inTx(ctx, func(tx *wtx) error {
+		now := s.now()
+		for _, nj := range njs {
+			if _, _, err := s.createJobTx(ctx, tx, now, nj); err != nil {
+				return fmt.Errorf("job %s: %w", nj.ID, err)
+			}
+		}
+		return nil
+	})
+}
+
+func validateNewJob(nj NewJob) error {
+	if nj.ID == "" || nj.Tenant == "" || nj.Operation == "" || nj.IdempotencyKey == "" || nj.RequestFingerprint == "" {
+		return fmt.Errorf("%w: job id, tenant, operation, idempotency key and fingerprint are required", pipeline.ErrInvalidInput)
+	}
+	if (nj.Queue == "") == (nj.DeadLetterReason == "") {
+		return fmt.Errorf("%w: a new job needs exactly one of a queue or a dead-letter reason", pipeline.ErrInvalidInput)
+	}
+	return nil
+}
+
+func (s *Store) createJobTx(ctx context.Context, tx *wtx, now int64, nj NewJob) (job pipeline.Job, created bool, err error) {
+	if len(nj.Input) == 0 {
+		nj.Input = json.RawMessage("{}")
+	}
+	existing, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs
+		WHERE tenant = ? AND operation = ? AND idempotency_key = ?`, nj.Tenant, nj.Operation, nj.IdempotencyKey))
+	switch {
+	case err == nil:
+		if existing.RequestFingerprint != nj.RequestFingerprint {
+			return job, false, fmt.Errorf("%w (job %s)", pipeline.ErrIdempotencyReused, existing.ID)
+		}
+		return existing, false, nil
+	case !errors.Is(err, pipeline.ErrNotFound):
+		return job, false, err
+	}
+	status := pipeline.StatusPending
+	if nj.DeadLetterReason != "" {
+		status = pipeline.StatusDeadLettered
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO jobs (id, tenant, operation, idempotency_key, request_fingerprint,
+		input_json, workflow_version, queue, status, status_changed_at, created_at, updated_at, webhook_url,
+		last_error_code, last_error_message, requires_action)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		nj.ID, nj.Tenant, nj.Operation, nj.IdempotencyKey, nj.RequestFingerprint, string(nj.Input),
+		nj.Version, nj.Queue, status, now, now, now, nj.WebhookURL,
+		nj.DeadLetterReason, deadLetterMessage(nj.DeadLetterReason), boolInt(nj.DeadLetterReason != ""))
+	if err != nil {
+		if errors.Is(translate(err), ErrConstraint) {
+			return job, false, fmt.Errorf("%w: job id %s is taken", pipeline.ErrAlreadyExists, nj.ID)
+		}
+		return job, false, err
+	}
+	evID, err := appendEvent(ctx, tx, now, nj.ID, pipeline.EventCreated, "", pipeline.StatusPending, "", map[string]any{"version": nj.Version, "queue": nj.Queue})
+	if err != nil {
+		return job, false, err
+	}
+	if nj.DeadLetterReason != "" {
+		evID, err = appendEvent(ctx, tx, now, nj.ID, pipeline.EventStatus, pipeline.StatusPending, pipeline.StatusDeadLettered, "",
+			map[string]any{"reason": nj.DeadLetterReason})
+		if err != nil {
+			return job, false, err
+		}
+		if _, err := insertDeadLetter(ctx, tx, now, nj.ID, nj.DeadLetterQueue, nj.DeadLetterReason, nj.DeadLetterDetail); err != nil {
+			return job, false, err
+		}
+		if err := enqueueWebhook(ctx, tx, now, nj.ID, nj.WebhookURL, evID, pipeline.StatusDeadLettered); err != nil {
+			return job, false, err
+		}
+	} else if err := enqueue(ctx, tx, now, nj.Queue, nj.ID, now); err != nil {
+		return job, false, err
+	}
+	job, err = scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, nj.ID))
+	return job, true, err
 }
 
 // deadLetterMessage is the safe text shown for a dead-letter reason.

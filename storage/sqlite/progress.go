@@ -13,7 +13,7 @@ import (
 // can never see a different storyboard than the first attempt did.
 func (s *Store) FreezeInput(ctx context.Context, lease pipeline.Lease, frozen json.RawMessage, unitsTotal int) (json.RawMessage, error) {
 	var out json.RawMessage
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, func(tx *wtx) error {
 		now := s.now()
 		if err := checkFence(ctx, tx, now, lease, "freeze input"); err != nil {
 			return err
@@ -41,7 +41,7 @@ func (s *Store) FreezeInput(ctx context.Context, lease pipeline.Lease, frozen js
 // after the stage's work returned, never from a deferred function, so a
 // failed stage can never be recorded as finished.
 func (s *Store) StageFinished(ctx context.Context, lease pipeline.Lease, stage string, unitsDone int, detail map[string]any) error {
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.inTx(ctx, func(tx *wtx) error {
 		now := s.now()
 		if err := checkFence(ctx, tx, now, lease, "stage finished"); err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -12,7 +13,7 @@ import (
 )
 
 // enqueue puts a message for jobID on queue, visible from visibleAt.
-func enqueue(ctx context.Context, tx *sql.Tx, now int64, queue, jobID string, visibleAt int64) error {
+func enqueue(ctx context.Context, tx *wtx, now int64, queue, jobID string, visibleAt int64) error {
 	_, err := tx.ExecContext(ctx, `INSERT INTO queue_messages (queue, job_id, enqueued_at, visible_at) VALUES (?, ?, ?, ?)`,
 		queue, jobID, now, visibleAt)
 	return err
@@ -22,7 +23,7 @@ func enqueue(ctx context.Context, tx *sql.Tx, now int64, queue, jobID string, vi
 // at visibleAt. keepCount keeps the delivery count (a released job was not
 // processed, so its deliveries still count toward poison); otherwise the count
 // restarts because the attempt ended properly.
-func ensureMessage(ctx context.Context, tx *sql.Tx, now int64, queue, jobID string, visibleAt int64, keepCount bool) error {
+func ensureMessage(ctx context.Context, tx *wtx, now int64, queue, jobID string, visibleAt int64, keepCount bool) error {
 	q := `UPDATE queue_messages SET queue = ?, visible_at = ?, delivery_count = 0 WHERE job_id = ?`
 	if keepCount {
 		q = `UPDATE queue_messages SET queue = ?, visible_at = ? WHERE job_id = ?`
@@ -37,7 +38,7 @@ func ensureMessage(ctx context.Context, tx *sql.Tx, now int64, queue, jobID stri
 	return enqueue(ctx, tx, now, queue, jobID, visibleAt)
 }
 
-func deleteMessages(ctx context.Context, tx *sql.Tx, jobID string) error {
+func deleteMessages(ctx context.Context, tx *wtx, jobID string) error {
 	_, err := tx.ExecContext(ctx, `DELETE FROM queue_messages WHERE job_id = ?`, jobID)
 	return err
 }
@@ -77,7 +78,7 @@ func (s *Store) Fetch(ctx context.Context, queue, owner string, max int, leaseFo
 	if max <= 0 || leaseFor <= 0 || owner == "" {
 		return nil, stats, fmt.Errorf("%w: fetch needs an owner, a positive batch size and lease", pipeline.ErrInvalidInput)
 	}
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, func(tx *wtx) error {
 		out, stats = out[:0], FetchStats{}
 		now := s.now()
 		rows, err := tx.QueryContext(ctx, `SELECT m.id, m.job_id, m.delivery_count, j.status, j.lease_expires_at, j.next_run_at
@@ -110,12 +111,20 @@ func (s *Store) Fetch(ctx context.Context, queue, owner string, max int, leaseFo
 			return err
 		}
 		leaseExp := now + leaseFor.Milliseconds()
+		// Claimable messages are handled in bulk: a handful of statements
+		// per batch instead of several per job.
+		type claimArg struct {
+			JobID      string `json:"j"`
+			MsgID      int64  `json:"m"`
+			From       string `json:"f"`
+			Deliveries int    `json:"d"`
+		}
+		var claims []claimArg
+		var acks []int64
 		for _, c := range cands {
 			switch {
 			case c.status.Settled():
-				if _, err := tx.ExecContext(ctx, `DELETE FROM queue_messages WHERE id = ?`, c.msgID); err != nil {
-					return err
-				}
+				acks = append(acks, c.msgID)
 				stats.AckedSettled++
 				continue
 			case c.status == pipeline.StatusRunning && c.leaseExp.Valid && c.leaseExp.Int64 > now:
@@ -139,30 +148,74 @@ func (s *Store) Fetch(ctx context.Context, queue, owner string, max int, leaseFo
 				continue
 			}
 			if err := pipeline.CheckTransition(c.status, pipeline.StatusRunning); err != nil {
-				return err // unreachable with the cases above; kept as the single source of truth
+				return err // unreachable with the cases above; the table stays the one authority
 			}
-			attemptID := newAttemptID()
-			if _, err := tx.ExecContext(ctx, `UPDATE queue_messages SET delivery_count = delivery_count + 1,
-				visible_at = ?, last_delivered_at = ? WHERE id = ?`, leaseExp, now, c.msgID); err != nil {
+			claims = append(claims, claimArg{JobID: c.jobID, MsgID: c.msgID, From: string(c.status), Deliveries: c.deliveries + 1})
+		}
+		if len(acks) > 0 {
+			b, _ := json.Marshal(acks)
+			if _, err := tx.ExecContext(ctx, `DELETE FROM queue_messages WHERE id IN (SELECT value FROM json_each(?))`, string(b)); err != nil {
 				return err
 			}
-			j, err := scanJob(tx.QueryRowContext(ctx, `UPDATE jobs SET status = 'running', status_changed_at = CASE WHEN status = 'running' THEN status_changed_at ELSE ?1 END,
-				updated_at = ?1, attempts = attempts + 1, next_run_at = NULL, attempt_id = ?2, lease_owner = ?3,
-				lease_expires_at = ?4
-				WHERE id = ?5 AND (status IN ('pending','retry_wait') OR (status = 'running' AND lease_expires_at <= ?1))
-				RETURNING `+jobColumns, now, attemptID, owner, leaseExp, c.jobID))
+		}
+		if len(claims) == 0 {
+			return nil
+		}
+		arg, err := json.Marshal(claims)
+		if err != nil {
+			return err
+		}
+		// The claim itself: one conditional UPDATE that re-checks status and
+		// lease expiry, with a fresh random attempt id per job. The unary +
+		// keeps the planner on the primary key: through jobs_status it would
+		// scan every pending job.
+		rows, err = tx.QueryContext(ctx, `UPDATE jobs SET status = 'running',
+			status_changed_at = CASE WHEN status = 'running' THEN status_changed_at ELSE ?1 END,
+			updated_at = ?1, attempts = attempts + 1, next_run_at = NULL,
+			attempt_id = 'att_' || lower(hex(randomblob(12))), lease_owner = ?2, lease_expires_at = ?3
+			WHERE id IN (SELECT value ->> 'j' FROM json_each(?4))
+			  AND (+status IN ('pending','retry_wait') OR (+status = 'running' AND lease_expires_at <= ?1))
+			RETURNING `+jobColumns, now, owner, leaseExp, string(arg))
+		if err != nil {
+			return err
+		}
+		claimed := map[string]pipeline.Job{}
+		for rows.Next() {
+			j, err := scanJob(rows)
 			if err != nil {
+				rows.Close()
 				return err
 			}
-			if _, err := appendEvent(ctx, tx, now, j.ID, pipeline.EventStatus, c.status, pipeline.StatusRunning, attemptID,
-				map[string]any{"attempt": j.Attempts, "owner": owner, "delivery": c.deliveries + 1}); err != nil {
-				return err
+			claimed[j.ID] = j
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE queue_messages SET delivery_count = delivery_count + 1,
+			visible_at = ?, last_delivered_at = ? WHERE id IN (SELECT value ->> 'm' FROM json_each(?))
+			AND job_id IN (SELECT id FROM jobs WHERE id = queue_messages.job_id AND lease_expires_at = ? AND lease_owner = ?)`,
+			leaseExp, now, string(arg), leaseExp, owner); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO job_events (job_id, at, kind, from_status, to_status, attempt_id, detail_json)
+			SELECT j.id, ?1, 'status', f.value ->> 'f', 'running', j.attempt_id,
+			       json_object('attempt', j.attempts, 'owner', ?2, 'delivery', f.value ->> 'd')
+			FROM json_each(?3) AS f JOIN jobs AS j ON j.id = f.value ->> 'j'
+			WHERE j.lease_owner = ?2 AND j.lease_expires_at = ?4 AND j.updated_at = ?1
+			ORDER BY f.key`, now, owner, string(arg), leaseExp); err != nil {
+			return err
+		}
+		for _, c := range claims {
+			j, ok := claimed[c.JobID]
+			if !ok {
+				continue
 			}
 			out = append(out, Claimed{
 				Job:        j,
-				Lease:      pipeline.Lease{JobID: j.ID, AttemptID: attemptID, Owner: owner, Attempt: j.Attempts, ExpiresAt: fromMS(leaseExp)},
-				MessageID:  c.msgID,
-				Deliveries: c.deliveries + 1,
+				Lease:      pipeline.Lease{JobID: j.ID, AttemptID: j.AttemptID, Owner: owner, Attempt: j.Attempts, ExpiresAt: fromMS(leaseExp)},
+				MessageID:  c.MsgID,
+				Deliveries: c.Deliveries,
 			})
 		}
 		stats.Claimed = len(out)
@@ -175,10 +228,7 @@ func (s *Store) Fetch(ctx context.Context, queue, owner string, max int, leaseFo
 }
 
 // poison dead-letters a job whose message keeps coming back unacked.
-func (s *Store) poison(ctx context.Context, tx *sql.Tx, now int64, queue, jobID string, from pipeline.Status, deliveries int) error {
-	if err := deleteMessages(ctx, tx, jobID); err != nil {
-		return err
-	}
+func (s *Store) poison(ctx context.Context, tx *wtx, now int64, queue, jobID string, from pipeline.Status, deliveries int) error {
 	detail := fmt.Sprintf("delivered %d times without completing", deliveries)
 	if _, err := insertDeadLetter(ctx, tx, now, jobID, queue, pipeline.ReasonPoison, detail); err != nil {
 		return err
@@ -192,7 +242,7 @@ func (s *Store) poison(ctx context.Context, tx *sql.Tx, now int64, queue, jobID 
 // Ack removes a message. Acking a message that is gone is not an error: it
 // may have been acked by the transaction that settled its job.
 func (s *Store) Ack(ctx context.Context, messageID int64) error {
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.inTx(ctx, func(tx *wtx) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM queue_messages WHERE id = ?`, messageID)
 		return err
 	})
@@ -201,7 +251,7 @@ func (s *Store) Ack(ctx context.Context, messageID int64) error {
 // Enqueue adds a message for an existing job (operators and tests; normal
 // submission enqueues inside CreateJob).
 func (s *Store) Enqueue(ctx context.Context, queue, jobID string, delay time.Duration) error {
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.inTx(ctx, func(tx *wtx) error {
 		now := s.now()
 		return enqueue(ctx, tx, now, queue, jobID, now+delay.Milliseconds())
 	})
@@ -217,7 +267,7 @@ func (s *Store) QueueDepth(ctx context.Context, queue string) (total, visible in
 // Heartbeat extends the lease (and the message's invisibility) of a live
 // attempt. A lost lease is a *pipeline.FenceError: the attempt must stop.
 func (s *Store) Heartbeat(ctx context.Context, lease pipeline.Lease, leaseFor time.Duration) (pipeline.Lease, error) {
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, func(tx *wtx) error {
 		now := s.now()
 		exp := now + leaseFor.Milliseconds()
 		res, err := tx.ExecContext(ctx, `UPDATE jobs SET lease_expires_at = ? WHERE id = ? AND attempt_id = ?
@@ -240,7 +290,7 @@ func (s *Store) Heartbeat(ctx context.Context, lease pipeline.Lease, leaseFor ti
 // checkFence fails with a *pipeline.FenceError unless lease is still the
 // job's live lease. Called inside the write transaction, so nothing can take
 // the lease over between the check and the write.
-func checkFence(ctx context.Context, tx *sql.Tx, now int64, lease pipeline.Lease, op string) error {
+func checkFence(ctx context.Context, tx *wtx, now int64, lease pipeline.Lease, op string) error {
 	var n int
 	err := tx.QueryRowContext(ctx, `SELECT count(*) FROM jobs WHERE id = ? AND attempt_id = ? AND status = 'running'
 		AND lease_expires_at > ?`, lease.JobID, lease.AttemptID, now).Scan(&n)

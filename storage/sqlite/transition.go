@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -14,10 +15,12 @@ import (
 // the UPDATE conditional on the status it read (and on attemptID when the
 // caller is an attempt), appends the event, keeps the queue message in step
 // and writes the webhook delivery.
-func settle(ctx context.Context, tx *sql.Tx, now int64, jobID string, from pipeline.Status, attemptID string, o pipeline.Outcome, detail map[string]any) error {
+func settle(ctx context.Context, tx *wtx, now int64, jobID string, from pipeline.Status, attemptID string, o pipeline.Outcome, detail map[string]any) error {
 	if err := pipeline.CheckTransition(from, o.Status); err != nil {
 		return err
 	}
+	// The conditional UPDATE is the transaction's first write, so a fenced
+	// or raced caller fails having written nothing (FinishMany relies on it).
 	q := `UPDATE jobs SET status = ?, status_changed_at = ?, updated_at = ?, next_run_at = ?,
 		lease_owner = NULL, lease_expires_at = NULL, requires_action = ?,
 		last_error_class = ?, last_error_code = ?, last_error_message = ?,
@@ -29,15 +32,16 @@ func settle(ctx context.Context, tx *sql.Tx, now int64, jobID string, from pipel
 		q += ` AND attempt_id = ? AND lease_expires_at > ?`
 		args = append(args, attemptID, now)
 	}
-	res, err := tx.ExecContext(ctx, q, args...)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
+	var queue, webhook string
+	err := tx.QueryRowContext(ctx, q+` RETURNING queue, webhook_url`, args...).Scan(&queue, &webhook)
+	if errors.Is(err, sql.ErrNoRows) {
 		if attemptID != "" {
 			return &pipeline.FenceError{JobID: jobID, AttemptID: attemptID, Op: "finish"}
 		}
 		return fmt.Errorf("%w: job %s is no longer %s", pipeline.ErrInvalidTransition, jobID, from)
+	}
+	if err != nil {
+		return err
 	}
 	if detail == nil {
 		detail = map[string]any{}
@@ -55,15 +59,17 @@ func settle(ctx context.Context, tx *sql.Tx, now int64, jobID string, from pipel
 	if err != nil {
 		return err
 	}
-	var queue, webhook string
-	if err := tx.QueryRowContext(ctx, `SELECT queue, webhook_url FROM jobs WHERE id = ?`, jobID).Scan(&queue, &webhook); err != nil {
-		return err
-	}
 	switch o.Status {
 	case pipeline.StatusRetryWait:
 		err = ensureMessage(ctx, tx, now, queue, jobID, ms(o.NextRunAt), false)
 	case pipeline.StatusPending:
 		err = ensureMessage(ctx, tx, now, queue, jobID, now, from == pipeline.StatusRunning)
+	case pipeline.StatusDeadLettered:
+		if err = deleteMessages(ctx, tx, jobID); err == nil && attemptID != "" {
+			// An attempt that gives up (retries exhausted) records the dead
+			// letter here; poison records its own row with more detail.
+			_, err = insertDeadLetter(ctx, tx, now, jobID, queue, o.Reason, o.ErrorCode)
+		}
 	default:
 		if o.Status.Settled() {
 			err = deleteMessages(ctx, tx, jobID)
@@ -83,29 +89,22 @@ func nullString(s string) sql.NullString { return sql.NullString{String: s, Vali
 // all in one transaction. A lost lease is a *pipeline.FenceError and nothing
 // is written.
 func (s *Store) Finish(ctx context.Context, lease pipeline.Lease, o pipeline.Outcome) error {
-	return s.inTx(ctx, func(tx *sql.Tx) error { return s.finishTx(ctx, tx, s.now(), lease, o) })
+	return s.inTx(ctx, func(tx *wtx) error { return s.finishTx(ctx, tx, s.now(), lease, o) })
 }
 
-func (s *Store) finishTx(ctx context.Context, tx *sql.Tx, now int64, lease pipeline.Lease, o pipeline.Outcome) error {
+func (s *Store) finishTx(ctx context.Context, tx *wtx, now int64, lease pipeline.Lease, o pipeline.Outcome) error {
 	if o.Status == pipeline.StatusRetryWait && o.NextRunAt.IsZero() {
 		return fmt.Errorf("%w: retry_wait needs a next run time", pipeline.ErrInvalidInput)
 	}
-	if o.Status == pipeline.StatusDeadLettered && o.Reason == "" {
-		return fmt.Errorf("%w: dead_lettered needs a reason", pipeline.ErrInvalidInput)
-	}
-	if err := checkFence(ctx, tx, now, lease, "finish"); err != nil {
-		return err
-	}
 	if o.Status == pipeline.StatusDeadLettered {
-		var queue string
-		if err := tx.QueryRowContext(ctx, `SELECT queue FROM jobs WHERE id = ?`, lease.JobID).Scan(&queue); err != nil {
-			return err
-		}
-		if _, err := insertDeadLetter(ctx, tx, now, lease.JobID, queue, o.Reason, o.ErrorCode); err != nil {
-			return err
+		if o.Reason == "" {
+			return fmt.Errorf("%w: dead_lettered needs a reason", pipeline.ErrInvalidInput)
 		}
 		if o.ErrorMessage == "" {
 			o.ErrorMessage = deadLetterMessage(o.Reason)
+		}
+		if o.ErrorCode == "" {
+			o.ErrorCode = o.Reason
 		}
 	}
 	return settle(ctx, tx, now, lease.JobID, pipeline.StatusRunning, lease.AttemptID, o, map[string]any{"attempt": lease.Attempt})
@@ -122,38 +121,144 @@ type Finished struct {
 // (a fenced-out attempt does not stop the others). The returned error is for
 // the transaction as a whole.
 func (s *Store) FinishMany(ctx context.Context, fs []Finished) (errs []error, err error) {
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
+	err = s.inTx(ctx, func(tx *wtx) error {
 		errs = make([]error, len(fs))
 		now := s.now()
+		var bulk []int
 		for i, f := range fs {
-			if _, err := tx.ExecContext(ctx, `SAVEPOINT finish_one`); err != nil {
-				return err
+			if bulkSettles(f.Outcome) {
+				bulk = append(bulk, i)
+				continue
 			}
+			// A refused item has written nothing (settle's first write is
+			// its conditional UPDATE), so no savepoint is needed.
 			ferr := s.finishTx(ctx, tx, now, f.Lease, f.Outcome)
-			if ferr != nil {
-				if _, err := tx.ExecContext(ctx, `ROLLBACK TO finish_one`); err != nil {
-					return err
-				}
-				var fe *pipeline.FenceError
-				var te *pipeline.TransitionError
-				if !errors.As(ferr, &fe) && !errors.As(ferr, &te) && !errors.Is(ferr, pipeline.ErrInvalidInput) {
-					return ferr // a database error: fail the batch
-				}
+			var fe *pipeline.FenceError
+			var te *pipeline.TransitionError
+			if ferr != nil && !errors.As(ferr, &fe) && !errors.As(ferr, &te) && !errors.Is(ferr, pipeline.ErrInvalidInput) {
+				return ferr // a database error: fail the batch
 			}
 			errs[i] = ferr
-			if _, err := tx.ExecContext(ctx, `RELEASE finish_one`); err != nil {
-				return err
-			}
 		}
-		return nil
+		return s.settleBulk(ctx, tx, now, fs, bulk, errs)
 	})
 	return errs, err
+}
+
+// bulkSettles says whether an outcome can take the bulk path: it settles the
+// job (no message to reschedule, no dead letter to write).
+func bulkSettles(o pipeline.Outcome) bool {
+	switch o.Status {
+	case pipeline.StatusSucceeded, pipeline.StatusFailed, pipeline.StatusCanceled, pipeline.StatusNeedsReview:
+		return true
+	}
+	return false
+}
+
+// settleBulk is settle for many attempts at once, in four statements: the
+// fenced UPDATE of every job, the events, the acks, and the webhooks of the
+// few jobs that have one. It writes exactly what settle would.
+func (s *Store) settleBulk(ctx context.Context, tx *wtx, now int64, fs []Finished, idx []int, errs []error) error {
+	if len(idx) == 0 {
+		return nil
+	}
+	type item struct {
+		Job, Attempt, Status, ErrClass, ErrCode, ErrMsg string
+		ResultKey                                       *string
+		RequiresAction                                  int
+		Detail                                          string
+	}
+	items := make([]item, 0, len(idx))
+	for _, i := range idx {
+		f := fs[i]
+		if err := pipeline.CheckTransition(pipeline.StatusRunning, f.Outcome.Status); err != nil {
+			errs[i] = err
+			continue
+		}
+		detail := map[string]any{"attempt": f.Lease.Attempt}
+		if f.Outcome.ErrorCode != "" {
+			detail["error_code"] = f.Outcome.ErrorCode
+		}
+		d, err := json.Marshal(detail)
+		if err != nil {
+			return err
+		}
+		it := item{Job: f.Lease.JobID, Attempt: f.Lease.AttemptID, Status: string(f.Outcome.Status),
+			ErrClass: string(f.Outcome.ErrorClass), ErrCode: f.Outcome.ErrorCode, ErrMsg: f.Outcome.ErrorMessage,
+			RequiresAction: boolInt(f.Outcome.RequiresAction), Detail: string(d)}
+		if f.Outcome.ResultKey != "" {
+			it.ResultKey = &f.Outcome.ResultKey
+		}
+		items = append(items, it)
+	}
+	arg, err := json.Marshal(items)
+	if err != nil {
+		return err
+	}
+	// One prepared UPDATE per job: an UPDATE … FROM json_each lets the
+	// planner scan jobs in the outer loop, which is far slower.
+	done := map[string]string{}
+	for _, it := range items {
+		var id, hook string
+		err := tx.QueryRowContext(ctx, `UPDATE jobs SET status = ?1, status_changed_at = ?2, updated_at = ?2,
+			next_run_at = NULL, lease_owner = NULL, lease_expires_at = NULL, requires_action = ?3,
+			last_error_class = ?4, last_error_code = ?5, last_error_message = ?6, result_key = coalesce(?7, result_key)
+			WHERE id = ?8 AND attempt_id = ?9 AND status = 'running' AND lease_expires_at > ?2
+			RETURNING id, webhook_url`, it.Status, now, it.RequiresAction, it.ErrClass, it.ErrCode, it.ErrMsg,
+			it.ResultKey, it.Job, it.Attempt).Scan(&id, &hook)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		done[id] = hook
+	}
+	for _, i := range idx {
+		if errs[i] == nil {
+			if _, ok := done[fs[i].Lease.JobID]; !ok {
+				errs[i] = &pipeline.FenceError{JobID: fs[i].Lease.JobID, AttemptID: fs[i].Lease.AttemptID, Op: "finish"}
+			}
+		}
+	}
+	if len(done) == 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO job_events (job_id, at, kind, from_status, to_status, attempt_id, detail_json)
+		SELECT f.value ->> 'Job', ?1, 'status', 'running', f.value ->> 'Status', f.value ->> 'Attempt', f.value ->> 'Detail'
+		FROM json_each(?2) AS f JOIN jobs AS j ON j.id = f.value ->> 'Job' AND j.updated_at = ?1
+		  AND j.status = f.value ->> 'Status' AND j.attempt_id = f.value ->> 'Attempt'
+		ORDER BY f.key`, now, string(arg)); err != nil {
+		return err
+	}
+	ids := make([]string, 0, len(done))
+	for id := range done {
+		ids = append(ids, id)
+	}
+	idArg, _ := json.Marshal(ids)
+	if _, err := tx.ExecContext(ctx, `DELETE FROM queue_messages WHERE job_id IN (SELECT value FROM json_each(?))`, string(idArg)); err != nil {
+		return err
+	}
+	for _, it := range items {
+		hook, ok := done[it.Job]
+		if !ok || hook == "" {
+			continue
+		}
+		var evID int64
+		if err := tx.QueryRowContext(ctx, `SELECT max(id) FROM job_events WHERE job_id = ?`, it.Job).Scan(&evID); err != nil {
+			return err
+		}
+		if err := enqueueWebhook(ctx, tx, now, it.Job, hook, evID, pipeline.Status(it.Status)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Release gives a job back without counting the attempt as failed (a worker
 // shutting down): running → pending, visible again at once.
 func (s *Store) Release(ctx context.Context, lease pipeline.Lease) error {
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.inTx(ctx, func(tx *wtx) error {
 		now := s.now()
 		if err := checkFence(ctx, tx, now, lease, "release"); err != nil {
 			return err
@@ -173,7 +278,7 @@ func (s *Store) Release(ctx context.Context, lease pipeline.Lease) error {
 // the ownership check (operators).
 func (s *Store) RequestCancel(ctx context.Context, tenant, jobID string) (pipeline.Job, error) {
 	var job pipeline.Job
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, func(tx *wtx) error {
 		now := s.now()
 		j, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ? AND (? = '' OR tenant = ?)`, jobID, tenant, tenant))
 		if err != nil {
@@ -227,7 +332,7 @@ const (
 // it back on its queue (pending), fail ends it (failed).
 func (s *Store) Decide(ctx context.Context, jobID string, d Decision, operator string) (pipeline.Job, error) {
 	var job pipeline.Job
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, func(tx *wtx) error {
 		now := s.now()
 		j, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, jobID))
 		if err != nil {

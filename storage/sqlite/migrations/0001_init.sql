@@ -37,7 +37,9 @@ CREATE TABLE jobs (
 -- is what makes two concurrent submissions create one job.
 CREATE UNIQUE INDEX jobs_idempotency ON jobs (tenant, operation, idempotency_key);
 CREATE INDEX jobs_tenant_created ON jobs (tenant, created_at, id);
-CREATE INDEX jobs_status ON jobs (status, updated_at);
+-- Operators look for jobs that need a human; nothing else filters by status
+-- at scale, and an index on (status, …) would be rewritten twice per job.
+CREATE INDEX jobs_attention ON jobs (updated_at) WHERE requires_action = 1;
 
 -- The second wall behind pipeline.CheckTransition: the same table, in SQL.
 -- A status may stay the same (progress updates, lease takeover) or move along
@@ -193,3 +195,6 @@ CREATE TABLE webhook_outbox (
     delivered_at    INTEGER
 );
 CREATE INDEX webhook_outbox_due ON webhook_outbox (status, next_attempt_at);
+-- Foreign-key checks on job_events and jobs look children up by these.
+CREATE INDEX webhook_outbox_event ON webhook_outbox (event_id);
+CREATE INDEX webhook_outbox_job ON webhook_outbox (job_id);

@@ -1,0 +1,163 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	sqlite3 "github.com/mattn/go-sqlite3"
+
+	"edgepipe/pipeline"
+)
+
+// Every write statement the store runs goes through the statement cache,
+// which remembers it. After a workload that touches every write path, each
+// one's query plan must reach rows through an index: a full scan of a real
+// table in a hot path is how the burn-down benchmark once lost half its speed.
+func TestWriteQueryPlansUseIndexes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := pipeline.NewManualClock(t0)
+	s := openTest(t, "", clock)
+	exerciseEveryWritePath(t, s, clock)
+
+	queries := s.stmts.seenQueries()
+	if len(queries) < 20 {
+		t.Fatalf("only %d statements recorded; the workload missed write paths", len(queries))
+	}
+	conn, err := s.write.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, q := range queries {
+		var plan []string
+		err := conn.Raw(func(dc any) error {
+			c := dc.(*sqlite3.SQLiteConn)
+			st, err := c.Prepare("EXPLAIN QUERY PLAN " + q)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			args := make([]driver.Value, st.NumInput())
+			rows, err := st.Query(args) //nolint:staticcheck // the raw driver API is the point here
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			vals := make([]driver.Value, 4)
+			for {
+				if err := rows.Next(vals); err != nil {
+					if errors.Is(err, io.EOF) {
+						return nil
+					}
+					return err
+				}
+				plan = append(plan, toString(vals[3]))
+			}
+		})
+		if err != nil {
+			t.Fatalf("explain %q: %v", q, err)
+		}
+		for _, line := range plan {
+			full := strings.HasPrefix(line, "SCAN ") && !strings.Contains(line, "VIRTUAL TABLE")
+			if full || strings.Contains(line, "MULTI-INDEX OR") {
+				t.Errorf("full scan in a write path:\n%s\nplan: %s", strings.Join(strings.Fields(q), " "), strings.Join(plan, " | "))
+				break
+			}
+		}
+	}
+}
+
+func toString(v driver.Value) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case []byte:
+		return string(x)
+	}
+	return ""
+}
+
+// exerciseEveryWritePath runs each write operation of the store at least once.
+func exerciseEveryWritePath(t *testing.T, s *Store, clock *pipeline.ManualClock) {
+	t.Helper()
+	ctx := context.Background()
+	for _, id := range []string{"v1-a", "v1-b", "v1-c", "v1-d", "v1-e", "v1-f"} {
+		nj := newJob(id)
+		nj.WebhookURL = "https://example.test/h"
+		mustCreate(t, s, nj)
+	}
+	dl := newJob("v2-z")
+	dl.Queue, dl.DeadLetterReason, dl.DeadLetterQueue = "", pipeline.ReasonUnboundVersion, "render-v2"
+	mustCreate(t, s, dl)
+	if err := s.CreateJobs(ctx, []NewJob{newJob("v1-g")}); err != nil {
+		t.Fatal(err)
+	}
+	cs, _, err := s.Fetch(ctx, "render-v1", "w", 5, time.Minute)
+	if err != nil || len(cs) != 5 {
+		t.Fatalf("fetch %d %v", len(cs), err)
+	}
+	l := cs[0].Lease
+	if l, err = s.Heartbeat(ctx, l, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.FreezeInput(ctx, l, []byte(`{}`), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StageFinished(ctx, l, "prepare", 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AppendEvent(ctx, l, pipeline.EventUnitGenerated, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Finish(ctx, l, pipeline.Outcome{Status: pipeline.StatusRetryWait, NextRunAt: clock.Now().Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, cs[1].Lease); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Finish(ctx, cs[2].Lease, pipeline.Outcome{Status: pipeline.StatusNeedsReview, RequiresAction: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Decide(ctx, cs[2].Job.ID, DecisionRetry, "op"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.FinishMany(ctx, []Finished{
+		{Lease: cs[3].Lease, Outcome: pipeline.Outcome{Status: pipeline.StatusSucceeded}},
+		{Lease: cs[4].Lease, Outcome: pipeline.Outcome{Status: pipeline.StatusDeadLettered, Reason: pipeline.ReasonRetriesExhausted}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	dls, _ := s.ListDeadLetters(ctx, false, 0, 0)
+	for _, d := range dls {
+		if _, err := s.Redrive(ctx, d.ID, "render-v1", "op"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.RequestCancel(ctx, "acme", "v1-f"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Enqueue(ctx, "render-v1", "v1-f", 0); err != nil { // a duplicate for a terminal job
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Minute)
+	got, _, err := s.Fetch(ctx, "render-v1", "w2", 50, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ack(ctx, got[0].MessageID); err != nil {
+		t.Fatal(err)
+	}
+	// poison: keep delivering one job until it is dead-lettered
+	for range 5 {
+		clock.Advance(2 * time.Minute)
+		if _, _, err := s.Fetch(ctx, "render-v1", "w3", 50, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
