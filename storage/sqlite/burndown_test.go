@@ -35,10 +35,10 @@ func burnDown(b *testing.B, workers int) {
 
 	insertStart := time.Now()
 	const insertBatch = 1000
-	batch := make([]NewJob, 0, insertBatch)
+	batch := make([]pipeline.NewJob, 0, insertBatch)
 	for i := range n {
 		id := fmt.Sprintf("v1-%09d", i)
-		batch = append(batch, NewJob{ID: id, Tenant: "bench", Operation: "noop", IdempotencyKey: id,
+		batch = append(batch, pipeline.NewJob{ID: id, Tenant: "bench", Operation: "noop", IdempotencyKey: id,
 			RequestFingerprint: id, Version: "v1", Queue: "render-v1"})
 		if len(batch) == insertBatch || i == n-1 {
 			if err := s.CreateJobs(ctx, batch); err != nil {
@@ -69,7 +69,7 @@ func burnDown(b *testing.B, workers int) {
 func burn(ctx context.Context, b *testing.B, s *Store, workers, n int) int {
 	const fetchBatch = 200
 	const completeBatch = 500
-	work := make(chan Claimed, 2*fetchBatch)
+	work := make(chan pipeline.Claimed, 2*fetchBatch)
 	completions := make(chan Finished, 2*fetchBatch)
 	var wg sync.WaitGroup
 	for range workers {

@@ -10,28 +10,6 @@ import (
 	"edgepipe/pipeline"
 )
 
-// NewJob is a job as submitted.
-type NewJob struct {
-	ID                 string
-	Tenant             string
-	Operation          string
-	IdempotencyKey     string
-	RequestFingerprint string
-	Input              json.RawMessage
-	Version            string
-	// Queue the job's message goes to. Empty together with DeadLetterReason
-	// when routing decided the job cannot run in this deployment.
-	Queue string
-	// DeadLetterReason, when set, stores the job directly as dead_lettered
-	// (e.g. unbound_version) instead of enqueuing it.
-	DeadLetterReason string
-	DeadLetterDetail string
-	// DeadLetterQueue is the queue the job would have gone to, kept on the
-	// dead letter for the operator.
-	DeadLetterQueue string
-	WebhookURL      string
-}
-
 const jobColumns = `id, tenant, operation, idempotency_key, request_fingerprint, input_json, frozen_input_json,
 	workflow_version, queue, status, status_changed_at, created_at, updated_at, attempts, next_run_at,
 	attempt_id, lease_owner, lease_expires_at, stage, units_total, units_done, last_error_class,
@@ -74,7 +52,7 @@ func scanJob(r rowScanner) (pipeline.Job, error) {
 // operation, it returns the existing job with created=false when the
 // fingerprints match, and an error matching pipeline.ErrIdempotencyReused when
 // they do not.
-func (s *Store) CreateJob(ctx context.Context, nj NewJob) (job pipeline.Job, created bool, err error) {
+func (s *Store) CreateJob(ctx context.Context, nj pipeline.NewJob) (job pipeline.Job, created bool, err error) {
 	if err := validateNewJob(nj); err != nil {
 		return pipeline.Job{}, false, err
 	}
@@ -91,7 +69,7 @@ func (s *Store) CreateJob(ctx context.Context, nj NewJob) (job pipeline.Job, cre
 // CreateJobs inserts many jobs in one transaction (bulk submission and the
 // burn-down benchmark); each follows CreateJob's rules, and the first error
 // rolls the whole batch back.
-func (s *Store) CreateJobs(ctx context.Context, njs []NewJob) error {
+func (s *Store) CreateJobs(ctx context.Context, njs []pipeline.NewJob) error {
 	for _, nj := range njs {
 		if err := validateNewJob(nj); err != nil {
 			return err
@@ -108,7 +86,7 @@ func (s *Store) CreateJobs(ctx context.Context, njs []NewJob) error {
 	})
 }
 
-func validateNewJob(nj NewJob) error {
+func validateNewJob(nj pipeline.NewJob) error {
 	if nj.ID == "" || nj.Tenant == "" || nj.Operation == "" || nj.IdempotencyKey == "" || nj.RequestFingerprint == "" {
 		return fmt.Errorf("%w: job id, tenant, operation, idempotency key and fingerprint are required", pipeline.ErrInvalidInput)
 	}
@@ -118,7 +96,7 @@ func validateNewJob(nj NewJob) error {
 	return nil
 }
 
-func (s *Store) createJobTx(ctx context.Context, tx *wtx, now int64, nj NewJob) (job pipeline.Job, created bool, err error) {
+func (s *Store) createJobTx(ctx context.Context, tx *wtx, now int64, nj pipeline.NewJob) (job pipeline.Job, created bool, err error) {
 	if len(nj.Input) == 0 {
 		nj.Input = json.RawMessage("{}")
 	}
@@ -206,28 +184,9 @@ func (s *Store) GetTenantJob(ctx context.Context, tenant, id string) (pipeline.J
 	return scanJob(s.read.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ? AND tenant = ?`, id, tenant))
 }
 
-// ListFilter selects jobs for ListJobs.
-type ListFilter struct {
-	Tenant string // required unless AllTenants
-	// AllTenants is for operators.
-	AllTenants     bool
-	Statuses       []pipeline.Status
-	RequiresAction bool
-	// After is the cursor: the (created_at, id) of the last job of the
-	// previous page, as returned in ListPage.Next.
-	After Cursor
-	Limit int
-}
-
-// Cursor is an opaque position in a listing ordered by (created_at, id).
-type Cursor struct {
-	CreatedAtMS int64
-	ID          string
-}
-
 // ListJobs returns jobs newest first, at most Limit (default 50, max 500),
 // and the cursor of the next page (zero when there is none).
-func (s *Store) ListJobs(ctx context.Context, f ListFilter) ([]pipeline.Job, Cursor, error) {
+func (s *Store) ListJobs(ctx context.Context, f pipeline.ListFilter) ([]pipeline.Job, pipeline.Cursor, error) {
 	if f.Limit <= 0 {
 		f.Limit = 50
 	}
@@ -236,7 +195,7 @@ func (s *Store) ListJobs(ctx context.Context, f ListFilter) ([]pipeline.Job, Cur
 	var args []any
 	if !f.AllTenants {
 		if f.Tenant == "" {
-			return nil, Cursor{}, fmt.Errorf("%w: listing needs a tenant", pipeline.ErrInvalidInput)
+			return nil, pipeline.Cursor{}, fmt.Errorf("%w: listing needs a tenant", pipeline.ErrInvalidInput)
 		}
 		q += ` AND tenant = ?`
 		args = append(args, f.Tenant)
@@ -258,25 +217,25 @@ func (s *Store) ListJobs(ctx context.Context, f ListFilter) ([]pipeline.Job, Cur
 	args = append(args, f.Limit+1)
 	rows, err := s.read.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, Cursor{}, translate(err)
+		return nil, pipeline.Cursor{}, translate(err)
 	}
 	defer rows.Close()
 	var jobs []pipeline.Job
 	for rows.Next() {
 		j, err := scanJob(rows)
 		if err != nil {
-			return nil, Cursor{}, err
+			return nil, pipeline.Cursor{}, err
 		}
 		jobs = append(jobs, j)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, Cursor{}, translate(err)
+		return nil, pipeline.Cursor{}, translate(err)
 	}
-	var next Cursor
+	var next pipeline.Cursor
 	if len(jobs) > f.Limit {
 		jobs = jobs[:f.Limit]
 		last := jobs[len(jobs)-1]
-		next = Cursor{CreatedAtMS: ms(last.CreatedAt), ID: last.ID}
+		next = pipeline.Cursor{CreatedAtMS: ms(last.CreatedAt), ID: last.ID}
 	}
 	return jobs, next, nil
 }

@@ -95,7 +95,7 @@ func exerciseEveryWritePath(t *testing.T, s *Store, clock *pipeline.ManualClock)
 	dl := newJob("v2-z")
 	dl.Queue, dl.DeadLetterReason, dl.DeadLetterQueue = "", pipeline.ReasonUnboundVersion, "render-v2"
 	mustCreate(t, s, dl)
-	if err := s.CreateJobs(ctx, []NewJob{newJob("v1-g")}); err != nil {
+	if err := s.CreateJobs(ctx, []pipeline.NewJob{newJob("v1-g")}); err != nil {
 		t.Fatal(err)
 	}
 	cs, _, err := s.Fetch(ctx, "render-v1", "w", 5, time.Minute)
@@ -124,7 +124,7 @@ func exerciseEveryWritePath(t *testing.T, s *Store, clock *pipeline.ManualClock)
 	if err := s.Finish(ctx, cs[2].Lease, pipeline.Outcome{Status: pipeline.StatusNeedsReview, RequiresAction: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Decide(ctx, cs[2].Job.ID, DecisionRetry, "op"); err != nil {
+	if _, err := s.Decide(ctx, cs[2].Job.ID, pipeline.DecisionRetry, "op"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.FinishMany(ctx, []Finished{

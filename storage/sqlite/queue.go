@@ -43,14 +43,6 @@ func deleteMessages(ctx context.Context, tx *wtx, jobID string) error {
 	return err
 }
 
-// Claimed is a job a worker now holds a lease on.
-type Claimed struct {
-	Job        pipeline.Job
-	Lease      pipeline.Lease
-	MessageID  int64
-	Deliveries int
-}
-
 // FetchStats says what a Fetch did besides claiming.
 type FetchStats struct {
 	Claimed      int
@@ -70,9 +62,9 @@ func newAttemptID() string {
 // job is settled are acked and ignored; messages whose job is still leased or
 // backing off are hidden until then; a message delivered MaxDeliveries times
 // without an ack is moved to the dead-letter queue as poison.
-func (s *Store) Fetch(ctx context.Context, queue, owner string, max int, leaseFor time.Duration) ([]Claimed, FetchStats, error) {
+func (s *Store) Fetch(ctx context.Context, queue, owner string, max int, leaseFor time.Duration) ([]pipeline.Claimed, FetchStats, error) {
 	var (
-		out   []Claimed
+		out   []pipeline.Claimed
 		stats FetchStats
 	)
 	if max <= 0 || leaseFor <= 0 || owner == "" {
@@ -211,7 +203,7 @@ func (s *Store) Fetch(ctx context.Context, queue, owner string, max int, leaseFo
 			if !ok {
 				continue
 			}
-			out = append(out, Claimed{
+			out = append(out, pipeline.Claimed{
 				Job:        j,
 				Lease:      pipeline.Lease{JobID: j.ID, AttemptID: j.AttemptID, Owner: owner, Attempt: j.Attempts, ExpiresAt: fromMS(leaseExp)},
 				MessageID:  c.MsgID,

@@ -154,7 +154,7 @@ func TestDecide(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openTest(t, "", pipeline.NewManualClock(t0))
-	for i, d := range []Decision{DecisionRetry, DecisionFail} {
+	for i, d := range []pipeline.ReviewDecision{pipeline.DecisionRetry, pipeline.DecisionFail} {
 		id := fmt.Sprintf("v1-d%d", i)
 		mustCreate(t, s, newJob(id))
 		if _, err := s.Decide(ctx, id, d, "op"); !errors.Is(err, pipeline.ErrInvalidTransition) {
@@ -176,7 +176,7 @@ func TestDecide(t *testing.T) {
 			t.Fatal(err)
 		}
 		switch d {
-		case DecisionRetry:
+		case pipeline.DecisionRetry:
 			if j.Status != pipeline.StatusPending || j.RequiresAction {
 				t.Fatalf("retry: %+v", j)
 			}
@@ -185,7 +185,7 @@ func TestDecide(t *testing.T) {
 				t.Fatal("retried job not back on its queue")
 			}
 			_ = s.Finish(ctx, c.Lease, pipeline.Outcome{Status: pipeline.StatusSucceeded})
-		case DecisionFail:
+		case pipeline.DecisionFail:
 			if j.Status != pipeline.StatusFailed || j.LastErrorCode != "provider_ambiguous" {
 				t.Fatalf("fail: %+v", j)
 			}

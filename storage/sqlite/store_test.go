@@ -27,14 +27,14 @@ func openTest(t *testing.T, path string, clock pipeline.Clock) *Store {
 	return s
 }
 
-func newJob(id string) NewJob {
-	return NewJob{
+func newJob(id string) pipeline.NewJob {
+	return pipeline.NewJob{
 		ID: id, Tenant: "acme", Operation: "render_video", IdempotencyKey: "key-" + id,
 		RequestFingerprint: "fp-" + id, Input: json.RawMessage(`{"title":"t"}`), Version: "v1", Queue: "render-v1",
 	}
 }
 
-func mustCreate(t *testing.T, s *Store, nj NewJob) pipeline.Job {
+func mustCreate(t *testing.T, s *Store, nj pipeline.NewJob) pipeline.Job {
 	t.Helper()
 	j, created, err := s.CreateJob(context.Background(), nj)
 	if err != nil || !created {
@@ -43,7 +43,7 @@ func mustCreate(t *testing.T, s *Store, nj NewJob) pipeline.Job {
 	return j
 }
 
-func fetchOne(t *testing.T, s *Store, queue, owner string) Claimed {
+func fetchOne(t *testing.T, s *Store, queue, owner string) pipeline.Claimed {
 	t.Helper()
 	cs, _, err := s.Fetch(context.Background(), queue, owner, 1, time.Minute)
 	if err != nil {

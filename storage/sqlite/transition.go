@@ -320,17 +320,9 @@ func (s *Store) CancelRequested(ctx context.Context, jobID string) (bool, error)
 	return at.Valid, nil
 }
 
-// Decision is an operator's answer to a job in needs_review.
-type Decision string
-
-const (
-	DecisionRetry Decision = "retry"
-	DecisionFail  Decision = "fail"
-)
-
 // Decide applies an operator's decision to a job in needs_review: retry puts
 // it back on its queue (pending), fail ends it (failed).
-func (s *Store) Decide(ctx context.Context, jobID string, d Decision, operator string) (pipeline.Job, error) {
+func (s *Store) Decide(ctx context.Context, jobID string, d pipeline.ReviewDecision, operator string) (pipeline.Job, error) {
 	var job pipeline.Job
 	err := s.inTx(ctx, func(tx *wtx) error {
 		now := s.now()
@@ -340,9 +332,9 @@ func (s *Store) Decide(ctx context.Context, jobID string, d Decision, operator s
 		}
 		var o pipeline.Outcome
 		switch d {
-		case DecisionRetry:
+		case pipeline.DecisionRetry:
 			o = pipeline.Outcome{Status: pipeline.StatusPending}
-		case DecisionFail:
+		case pipeline.DecisionFail:
 			o = pipeline.Outcome{Status: pipeline.StatusFailed, ErrorClass: j.LastErrorClass, ErrorCode: j.LastErrorCode,
 				ErrorMessage: j.LastErrorMessage}
 		default:
