@@ -75,3 +75,88 @@ type Asset struct {
 	CreatedByAttempt string
 	CreatedAt        time.Time
 }
+
+// Unit statuses.
+const (
+	UnitPlanned     = "planned"
+	UnitSubmitted   = "submitted" // an async job is running at the provider
+	UnitGenerated   = "generated"
+	UnitFailed      = "failed"
+	UnitNeedsReview = "needs_review"
+)
+
+// Unit is one scene's work and its stored results.
+type Unit struct {
+	JobID         string
+	Scene         int
+	Kind          string // image | video
+	UnitKey       string // hash of the frozen inputs that determine the scene
+	Status        string
+	ExternalJobID string
+	// Artifacts maps an artifact name (image, speech, video) to the key of
+	// its stored object. An entry exists only after the asset row does.
+	Artifacts map[string]string
+	UpdatedAt time.Time
+}
+
+// Provider call statuses (the billing audit trail).
+const (
+	CallIntent    = "intent"    // written before the request is sent
+	CallSucceeded = "succeeded" // the provider answered with a result
+	CallNotSent   = "not_sent"  // certainly never reached the provider
+	CallFailed    = "failed"    // refused (4xx, 429) or the async job failed: not billed for a result
+	CallAmbiguous = "ambiguous" // may have been processed and billed
+)
+
+// ProviderCall is one row of the billing audit trail.
+type ProviderCall struct {
+	ID             int64
+	JobID          string
+	Scene          int
+	Op             string
+	Provider       string
+	Contract       Contract
+	IdempotencyKey string
+	AttemptID      string
+	Status         string
+	ExternalJobID  string
+	HTTPStatus     int
+	ErrorCode      string
+	IntendedAt     time.Time
+	FinishedAt     time.Time
+}
+
+// MayHaveBilled reports whether the call may have been processed (and paid
+// for) by the provider.
+func (c ProviderCall) MayHaveBilled() bool {
+	switch c.Status {
+	case CallIntent, CallSucceeded, CallAmbiguous:
+		return true
+	}
+	return false
+}
+
+// FetchStats says what a Fetch did besides claiming.
+type FetchStats struct {
+	Claimed      int
+	AckedSettled int // messages for settled jobs, acked and ignored
+	Deferred     int // job leased by a live attempt or still in backoff
+	DeadLettered int // poison
+}
+
+// UnitUpdate changes a unit; empty fields are left as they are, and
+// Artifacts are merged into the stored ones.
+type UnitUpdate struct {
+	Status        string
+	ExternalJobID string
+	Artifacts     map[string]string
+}
+
+// ObjectClaim is an attempt's ownership row on an object key.
+type ObjectClaim struct {
+	Key       string
+	AttemptID string
+	JobID     string
+	State     string // writing | deleting
+	ClaimedAt time.Time
+}

@@ -317,3 +317,8 @@ func translate(err error) error {
 	}
 	return err
 }
+
+// nullInt is sql.NullInt64 under a name that reads well in scans.
+type nullInt struct{ sql.NullInt64 }
+
+func (n *nullInt) Scan(v any) error { return n.NullInt64.Scan(v) }

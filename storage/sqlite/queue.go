@@ -2,9 +2,7 @@ package sqlite
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -43,35 +41,21 @@ func deleteMessages(ctx context.Context, tx *wtx, jobID string) error {
 	return err
 }
 
-// FetchStats says what a Fetch did besides claiming.
-type FetchStats struct {
-	Claimed      int
-	AckedSettled int // messages for terminal/needs_review jobs, acked and ignored
-	Deferred     int // job leased by a live attempt or still in backoff
-	DeadLettered int // poison
-}
-
-func newAttemptID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return "att_" + hex.EncodeToString(b[:])
-}
-
 // Fetch receives up to max visible messages from queue and claims their jobs
 // for owner with a lease of leaseFor, all in one transaction. Messages whose
 // job is settled are acked and ignored; messages whose job is still leased or
 // backing off are hidden until then; a message delivered MaxDeliveries times
 // without an ack is moved to the dead-letter queue as poison.
-func (s *Store) Fetch(ctx context.Context, queue, owner string, max int, leaseFor time.Duration) ([]pipeline.Claimed, FetchStats, error) {
+func (s *Store) Fetch(ctx context.Context, queue, owner string, max int, leaseFor time.Duration) ([]pipeline.Claimed, pipeline.FetchStats, error) {
 	var (
 		out   []pipeline.Claimed
-		stats FetchStats
+		stats pipeline.FetchStats
 	)
 	if max <= 0 || leaseFor <= 0 || owner == "" {
 		return nil, stats, fmt.Errorf("%w: fetch needs an owner, a positive batch size and lease", pipeline.ErrInvalidInput)
 	}
 	err := s.inTx(ctx, func(tx *wtx) error {
-		out, stats = out[:0], FetchStats{}
+		out, stats = out[:0], pipeline.FetchStats{}
 		now := s.now()
 		rows, err := tx.QueryContext(ctx, `SELECT m.id, m.job_id, m.delivery_count, j.status, j.lease_expires_at, j.next_run_at
 			FROM queue_messages m JOIN jobs j ON j.id = m.job_id
@@ -214,7 +198,7 @@ func (s *Store) Fetch(ctx context.Context, queue, owner string, max int, leaseFo
 		return nil
 	})
 	if err != nil {
-		return nil, FetchStats{}, err
+		return nil, pipeline.FetchStats{}, err
 	}
 	return out, stats, nil
 }

@@ -149,6 +149,7 @@ CREATE TABLE assets (
     size_bytes         INTEGER NOT NULL CHECK (size_bytes >= 0),
     sha256             TEXT NOT NULL CHECK (length(sha256) = 64),
     content_type       TEXT NOT NULL,
+    duration_ms        INTEGER NOT NULL DEFAULT 0,  -- renders: the storyboard's length
     created_by_attempt TEXT NOT NULL,
     created_at         INTEGER NOT NULL
 );

@@ -1,0 +1,367 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+)
+
+// Store is what the worker and the stages need from the job store (the
+// SQLite driver implements it). Every method that takes a Lease is fenced:
+// it fails with a *FenceError, writing nothing, once the attempt lost it.
+type Store interface {
+	Fetch(ctx context.Context, queue, owner string, max int, leaseFor time.Duration) ([]Claimed, FetchStats, error)
+	Heartbeat(ctx context.Context, lease Lease, leaseFor time.Duration) (Lease, error)
+	Finish(ctx context.Context, lease Lease, o Outcome) error
+	Release(ctx context.Context, lease Lease) error
+	CancelRequested(ctx context.Context, jobID string) (bool, error)
+
+	FreezeInput(ctx context.Context, lease Lease, frozen json.RawMessage, unitsTotal int) (json.RawMessage, error)
+	StageFinished(ctx context.Context, lease Lease, stage string, unitsDone int, detail map[string]any) error
+	AppendEvent(ctx context.Context, lease Lease, kind string, detail any) error
+
+	PlanUnits(ctx context.Context, lease Lease, units []Unit) error
+	Units(ctx context.Context, jobID string) ([]Unit, error)
+	UpdateUnit(ctx context.Context, lease Lease, scene int, up UnitUpdate) error
+
+	RecordIntent(ctx context.Context, lease Lease, c ProviderCall) (int64, error)
+	FinishCall(ctx context.Context, id int64, status string, httpStatus int, errorCode, externalID string) error
+	ProviderCalls(ctx context.Context, jobID string, scene int, op string) ([]ProviderCall, error)
+
+	ObjectLedger
+}
+
+// ObjectLedger is the database side of the object write protocol (DESIGN §7).
+type ObjectLedger interface {
+	GetAsset(ctx context.Context, key string) (Asset, error)
+	ClaimObject(ctx context.Context, lease Lease, key string) error
+	CommitAsset(ctx context.Context, lease Lease, a Asset) error
+	AbandonClaim(ctx context.Context, attemptID, key string) (deleteObject bool, err error)
+	FinishAbandon(ctx context.Context, attemptID, key string) error
+}
+
+// Renderer turns stored media into clips and joins them (render.Renderer,
+// through render.Factory). It is a pure function of its inputs: no provider.
+type Renderer interface {
+	SceneFromImage(ctx context.Context, imagePath, audioPath string, durationMS int, caption, outPath string) error
+	NormalizeVideo(ctx context.Context, videoPath, audioPath string, durationMS int, caption, outPath string) error
+	// JoinTo writes the joined render as fragmented MP4 to w, streaming.
+	JoinTo(ctx context.Context, clipPaths []string, w io.Writer) error
+	// AlignDurations rounds scene lengths to whole frames without drift.
+	AlignDurations(durationsMS []int) []int
+	// Fingerprint identifies the output format (part of render keys).
+	Fingerprint() string
+}
+
+// RendererFactory returns a Renderer for one output geometry.
+type RendererFactory func(ctx context.Context, width, height, fps int) (Renderer, error)
+
+// Workflow is one bound workflow version.
+type Workflow struct {
+	Version string
+	// Captions adds a mov_text caption track built from the narration
+	// (v2), so ffprobe tells the versions apart.
+	Captions bool
+}
+
+// Workflows are the implementations edgepipe ships. A deployment binds a
+// subset (routing.Bindings); the rest do not run here.
+var Workflows = map[string]Workflow{
+	"v1": {Version: "v1"},
+	"v2": {Version: "v2", Captions: true},
+}
+
+// Failpoint is called at the named boundaries of an attempt. It is nil in
+// production builds' default configuration (no cost); the failpoint package
+// installs one when EDGEPIPE_FAILPOINTS is set.
+type Failpoint func(ctx context.Context, name string) error
+
+// EngineConfig wires the stages.
+type EngineConfig struct {
+	Store     Store
+	Objects   ObjectStore
+	Providers Providers
+	Renderers RendererFactory
+	Retry     RetryPolicy
+	Clock     Clock
+	Logger    *slog.Logger
+	// UnitConcurrency bounds scenes generated in parallel (default 4).
+	UnitConcurrency int
+	// TempDir holds spooled provider media and scene clips of an attempt.
+	TempDir string
+	// VideoPollInterval and VideoTimeout drive async video jobs.
+	VideoPollInterval time.Duration
+	VideoTimeout      time.Duration
+	Failpoint         Failpoint
+	Metrics           Metrics
+}
+
+// Metrics receives counters (api.Metrics implements it); nil discards.
+type Metrics interface {
+	ProviderCall(op, status string)
+	BytesUploaded(kind string, n int64)
+	StageDuration(stage string, d time.Duration)
+	UnitReused(kind string)
+}
+
+type nopMetrics struct{}
+
+func (nopMetrics) ProviderCall(string, string)         {}
+func (nopMetrics) BytesUploaded(string, int64)         {}
+func (nopMetrics) StageDuration(string, time.Duration) {}
+func (nopMetrics) UnitReused(string)                   {}
+
+func (c *EngineConfig) setDefaults() {
+	if c.Retry.MaxAttempts == 0 {
+		c.Retry = DefaultRetryPolicy()
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.UnitConcurrency == 0 {
+		c.UnitConcurrency = 4
+	}
+	if c.TempDir == "" {
+		c.TempDir = os.TempDir()
+	}
+	if c.VideoPollInterval == 0 {
+		c.VideoPollInterval = 100 * time.Millisecond
+	}
+	if c.VideoTimeout == 0 {
+		c.VideoTimeout = 10 * time.Minute
+	}
+	if c.Metrics == nil {
+		c.Metrics = nopMetrics{}
+	}
+}
+
+// Validate reports missing parts.
+func (c EngineConfig) Validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("engine: no store")
+	case c.Objects == nil:
+		return errors.New("engine: no object store")
+	case c.Providers == nil:
+		return errors.New("engine: no providers")
+	case c.Renderers == nil:
+		return errors.New("engine: no renderer")
+	case c.UnitConcurrency < 1:
+		return errors.New("engine: unit concurrency must be at least 1")
+	}
+	return c.Retry.Validate()
+}
+
+// Engine runs one attempt of a job through the four stages.
+type Engine struct {
+	cfg EngineConfig
+}
+
+// NewEngine validates cfg and returns an Engine.
+func NewEngine(cfg EngineConfig) (*Engine, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Engine{cfg: cfg}, nil
+}
+
+// attempt is the state one run of a job carries between stages.
+type attempt struct {
+	job      Job
+	lease    Lease
+	workflow Workflow
+	board    Storyboard
+	units    []Unit
+	tmp      string
+	log      *slog.Logger
+}
+
+// Stage names, in order.
+const (
+	StagePrepare  = "prepare"
+	StageExecute  = "execute"
+	StageApply    = "apply"
+	StageFinalize = "finalize"
+)
+
+// Run executes the attempt and returns how it ended; the caller (the worker)
+// records the outcome with Store.Finish. An error return means the outcome
+// could not be decided (the lease was lost): nothing must be recorded.
+func (e *Engine) Run(ctx context.Context, c Claimed) (Outcome, error) {
+	wf, ok := Workflows[c.Job.Version]
+	if !ok {
+		// The worker only consumes bound versions' queues; a job of another
+		// version here is a routing bug. Park it, never run it as another
+		// version.
+		return Outcome{Status: StatusDeadLettered, Reason: ReasonUnboundVersion, ErrorCode: ReasonUnboundVersion,
+			ErrorMessage: "this deployment has no implementation of the job's workflow version", RequiresAction: true}, nil
+	}
+	tmp, err := os.MkdirTemp(e.cfg.TempDir, "edgepipe-"+c.Lease.AttemptID+"-")
+	if err != nil {
+		return e.outcome(c, &ClassifiedError{Class: ClassTransient, Code: "local_disk_error", Message: "the worker could not create scratch space", Cause: err}), nil
+	}
+	defer os.RemoveAll(tmp)
+	a := &attempt{job: c.Job, lease: c.Lease, workflow: wf, tmp: tmp,
+		log: e.cfg.Logger.With("job", c.Job.ID, "attempt", c.Lease.AttemptID, "version", wf.Version)}
+
+	resultKey, err := e.runStages(ctx, a)
+	if err == nil {
+		return Outcome{Status: StatusSucceeded, ResultKey: resultKey}, nil
+	}
+	var fe *FenceError
+	if errors.As(err, &fe) {
+		return Outcome{}, err
+	}
+	if ctx.Err() != nil && !errors.Is(err, ErrCanceled) {
+		// The worker is shutting down or lost the lease: not the job's fault.
+		return Outcome{}, fmt.Errorf("attempt interrupted: %w", ctx.Err())
+	}
+	a.log.Warn("attempt failed", "err", err)
+	return e.outcome(c, err), nil
+}
+
+func (e *Engine) outcome(c Claimed, err error) Outcome {
+	ce := Classify(err)
+	d := e.cfg.Retry.Decide(ce, c.Lease.Attempt, e.cfg.Clock.Now())
+	return OutcomeFor(d, ce)
+}
+
+// runStages is prepare → execute → apply → finalize. Each stage's progress is
+// recorded only after the stage's work returned without error, by this
+// function and not by a deferred call, so a failed or still-running stage can
+// never be flushed as finished (the seed's lost-flush bug).
+func (e *Engine) runStages(ctx context.Context, a *attempt) (string, error) {
+	if err := e.fail(ctx, "after_claim"); err != nil {
+		return "", err
+	}
+	start := e.cfg.Clock.Now()
+	if err := prepare(ctx, e.cfg.Store, a); err != nil {
+		return "", err
+	}
+	if err := e.cfg.Store.StageFinished(ctx, a.lease, StagePrepare, doneUnits(a.units), nil); err != nil {
+		return "", err
+	}
+	e.cfg.Metrics.StageDuration(StagePrepare, e.cfg.Clock.Now().Sub(start))
+
+	start = e.cfg.Clock.Now()
+	if err := execute(ctx, ExecuteDeps{
+		Store: e.cfg.Store, Objects: e.cfg.Objects, Providers: e.cfg.Providers, Clock: e.cfg.Clock,
+		Concurrency: e.cfg.UnitConcurrency, PollInterval: e.cfg.VideoPollInterval, VideoTimeout: e.cfg.VideoTimeout,
+		Failpoint: e.cfg.Failpoint, Metrics: e.cfg.Metrics,
+	}, a); err != nil {
+		return "", err
+	}
+	if err := e.cfg.Store.StageFinished(ctx, a.lease, StageExecute, doneUnits(a.units), nil); err != nil {
+		return "", err
+	}
+	e.cfg.Metrics.StageDuration(StageExecute, e.cfg.Clock.Now().Sub(start))
+
+	w, h := a.board.Options.Size()
+	r, err := e.cfg.Renderers(ctx, w, h, a.board.Options.FPS)
+	if err != nil {
+		return "", &ClassifiedError{Class: ClassTransient, Code: "renderer_unavailable", Message: "the renderer could not start", Cause: err}
+	}
+	start = e.cfg.Clock.Now()
+	clips, err := apply(ctx, ApplyDeps{Cancel: e.cfg.Store, Objects: e.cfg.Objects, Renderer: r}, a)
+	if err != nil {
+		return "", err
+	}
+	if err := e.cfg.Store.StageFinished(ctx, a.lease, StageApply, doneUnits(a.units), nil); err != nil {
+		return "", err
+	}
+	e.cfg.Metrics.StageDuration(StageApply, e.cfg.Clock.Now().Sub(start))
+
+	start = e.cfg.Clock.Now()
+	key, err := finalize(ctx, FinalizeDeps{Cancel: e.cfg.Store, Ledger: e.cfg.Store, Objects: e.cfg.Objects, Renderer: r,
+		Failpoint: e.cfg.Failpoint, Metrics: e.cfg.Metrics}, a, clips)
+	if err != nil {
+		return "", err
+	}
+	if err := e.cfg.Store.StageFinished(ctx, a.lease, StageFinalize, doneUnits(a.units), map[string]any{"result_key": key}); err != nil {
+		return "", err
+	}
+	e.cfg.Metrics.StageDuration(StageFinalize, e.cfg.Clock.Now().Sub(start))
+	if err := e.fail(ctx, "before_finish"); err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+func (e *Engine) fail(ctx context.Context, name string) error {
+	if e.cfg.Failpoint == nil {
+		return nil
+	}
+	return e.cfg.Failpoint(ctx, name)
+}
+
+func doneUnits(us []Unit) int {
+	n := 0
+	for _, u := range us {
+		if u.Status == UnitGenerated {
+			n++
+		}
+	}
+	return n
+}
+
+// checkCancel is called before every expensive boundary.
+func checkCancel(ctx context.Context, st interface {
+	CancelRequested(context.Context, string) (bool, error)
+}, jobID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	req, err := st.CancelRequested(ctx, jobID)
+	if err != nil {
+		return &ClassifiedError{Class: ClassTransient, Code: "store_unavailable", Message: "the job store did not answer", Cause: err}
+	}
+	if req {
+		return ErrCanceled
+	}
+	return nil
+}
+
+// prepare freezes the input and plans one unit per scene. Idempotent: a
+// later attempt gets the frozen copy back and the existing units.
+func prepare(ctx context.Context, st Store, a *attempt) error {
+	board, err := DecodeStoryboard(a.job.Input)
+	if a.job.FrozenInput != nil {
+		board, err = DecodeStoryboard(a.job.FrozenInput)
+	}
+	if err != nil {
+		return &ClassifiedError{Class: ClassPermanent, Code: "invalid_input", Message: "the job's storyboard is not valid", Cause: err}
+	}
+	frozen, err := st.FreezeInput(ctx, a.lease, board.Canonical(), len(board.Scenes))
+	if err != nil {
+		return err
+	}
+	if board, err = DecodeStoryboard(frozen); err != nil {
+		return &ClassifiedError{Class: ClassPermanent, Code: "invalid_input", Message: "the job's frozen storyboard is not valid", Cause: err}
+	}
+	a.board = board
+	planned := make([]Unit, len(board.Scenes))
+	for i, s := range board.Scenes {
+		planned[i] = Unit{JobID: a.job.ID, Scene: i, Kind: s.Kind(), UnitKey: UnitKey(a.job.Tenant, a.workflow.Version, s, board.Options)}
+	}
+	if err := st.PlanUnits(ctx, a.lease, planned); err != nil {
+		return err
+	}
+	units, err := st.Units(ctx, a.job.ID)
+	if err != nil {
+		return err
+	}
+	if len(units) != len(board.Scenes) {
+		return fmt.Errorf("prepare: job %s has %d units for %d scenes", a.job.ID, len(units), len(board.Scenes))
+	}
+	a.units = units
+	return nil
+}

@@ -1,0 +1,76 @@
+package pipeline
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"strconv"
+)
+
+// keySchema changes when the meaning of any key input changes; old objects
+// are then simply not found (and swept) instead of being reused wrongly.
+const keySchema = "edgepipe-keys-v1"
+
+// Object key prefixes edgepipe owns. The sweeper only looks under these.
+const (
+	PrefixUnits   = "units/"
+	PrefixRenders = "renders/"
+)
+
+// Prefixes lists every prefix edgepipe writes under.
+var Prefixes = []string{PrefixUnits, PrefixRenders}
+
+func hashParts(parts ...string) string {
+	h := sha256.New()
+	writeParts(h, parts...)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// writeParts length-prefixes each part, so ("ab","c") and ("a","bc") differ.
+func writeParts(h hash.Hash, parts ...string) {
+	for _, p := range parts {
+		fmt.Fprintf(h, "%d:", len(p))
+		h.Write([]byte(p))
+	}
+}
+
+// UnitKey identifies a scene's inputs: the same tenant, version, scene and
+// output options give the same unit key.
+func UnitKey(tenant, version string, s Scene, o Options) string {
+	return hashParts(keySchema, "unit", tenant, version, s.Kind(), s.Prompt(), s.Narration,
+		strconv.Itoa(s.DurationMS), o.Resolution, strconv.Itoa(o.FPS))
+}
+
+// ArtifactKey is the object key of one generated artifact. It hashes every
+// frozen input that determines the provider's output (tenant, version,
+// provider, model, operation, parameters, text), so equal inputs reuse one
+// object and no user text ever appears in a key. The result is
+// "units/<version>/<2 hex>/<64 hex>.<ext>": no path traversal is possible.
+func ArtifactKey(tenant, version, provider, model, op, params, text, ext string) string {
+	h := hashParts(keySchema, "artifact", tenant, version, provider, model, op, params, text)
+	return PrefixUnits + safeVersion(version) + "/" + h[:2] + "/" + h + "." + ext
+}
+
+// RenderKey is the object key of a final render: the frozen storyboard, the
+// version and the renderer's output format decide it.
+func RenderKey(tenant, version string, frozen []byte, rendererFingerprint string) string {
+	h := hashParts(keySchema, "render", tenant, version, string(frozen), rendererFingerprint)
+	return PrefixRenders + safeVersion(version) + "/" + h[:2] + "/" + h + ".mp4"
+}
+
+// safeVersion keeps a key's version segment to [a-z0-9]; versions are
+// validated long before, this only guarantees the key shape.
+func safeVersion(v string) string {
+	out := make([]byte, 0, len(v))
+	for i := 0; i < len(v) && i < 16; i++ {
+		c := v[i]
+		if (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') {
+			out = append(out, c)
+		}
+	}
+	if len(out) == 0 {
+		return "x"
+	}
+	return string(out)
+}

@@ -1,0 +1,172 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sync"
+)
+
+// CancelChecker is the one store method apply and finalize need besides the
+// object ledger.
+type CancelChecker interface {
+	CancelRequested(ctx context.Context, jobID string) (bool, error)
+}
+
+// ApplyDeps is everything the apply stage may use: stored objects and the
+// renderer. It has no Providers field, and TestLaterStagesCannotReachProviders
+// checks no field can hold one, so apply cannot pay for anything.
+type ApplyDeps struct {
+	Cancel   CancelChecker
+	Objects  ObjectStore
+	Renderer Renderer
+}
+
+// FinalizeDeps is everything finalize may use. Like ApplyDeps it cannot reach
+// a provider.
+type FinalizeDeps struct {
+	Cancel    CancelChecker
+	Ledger    ObjectLedger
+	Objects   ObjectStore
+	Renderer  Renderer
+	Failpoint Failpoint
+	Metrics   Metrics
+}
+
+// apply builds one clip per scene from the stored media, in the attempt's
+// scratch directory, and returns their paths in scene order.
+func apply(ctx context.Context, d ApplyDeps, a *attempt) ([]string, error) {
+	if err := checkCancel(ctx, d.Cancel, a.job.ID); err != nil {
+		return nil, err
+	}
+	durations := make([]int, len(a.board.Scenes))
+	for i, s := range a.board.Scenes {
+		durations[i] = s.DurationMS
+	}
+	aligned := d.Renderer.AlignDurations(durations)
+	clips := make([]string, len(a.units))
+	for i, u := range a.units {
+		scene := a.board.Scenes[i]
+		caption := ""
+		if a.workflow.Captions {
+			caption = scene.Narration
+			if caption == "" {
+				caption = " " // an empty cue keeps every clip's stream layout equal
+			}
+		}
+		audio := ""
+		if key, ok := u.Artifacts[ArtifactSpeech]; ok {
+			p, err := download(ctx, d.Objects, key, filepath.Join(a.tmp, fmt.Sprintf("scene%03d.wav", i)))
+			if err != nil {
+				return nil, err
+			}
+			audio = p
+		}
+		out := filepath.Join(a.tmp, fmt.Sprintf("clip%03d.mov", i))
+		var err error
+		if key, ok := u.Artifacts[ArtifactVideo]; ok {
+			var src string
+			if src, err = download(ctx, d.Objects, key, filepath.Join(a.tmp, fmt.Sprintf("scene%03d.mp4", i))); err != nil {
+				return nil, err
+			}
+			err = d.Renderer.NormalizeVideo(ctx, src, audio, aligned[i], caption, out)
+		} else if key, ok := u.Artifacts[ArtifactImage]; ok {
+			var src string
+			if src, err = download(ctx, d.Objects, key, filepath.Join(a.tmp, fmt.Sprintf("scene%03d.png", i))); err != nil {
+				return nil, err
+			}
+			err = d.Renderer.SceneFromImage(ctx, src, audio, aligned[i], caption, out)
+		} else {
+			return nil, fmt.Errorf("apply: unit %d of job %s has no visual", i, a.job.ID)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, &ClassifiedError{Class: ClassTransient, Code: "render_failed", Message: fmt.Sprintf("scene %d could not be rendered", i+1), Cause: err}
+		}
+		clips[i] = out
+	}
+	return clips, nil
+}
+
+func download(ctx context.Context, objs ObjectStore, key, path string) (string, error) {
+	rc, _, err := objs.Get(ctx, key, 0, -1)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			// An artifact recorded on a unit always has an asset row, and an
+			// asset row always has its object: this is an invariant breach.
+			return "", &ClassifiedError{Class: ClassAmbiguous, Code: "object_missing", Message: "a stored scene result is missing from object storage", Cause: err}
+		}
+		return "", &ClassifiedError{Class: ClassTransient, Code: "object_store_error", Message: "object storage did not answer", Cause: err}
+	}
+	if err := spoolTo(path, rc); err != nil {
+		return "", &ClassifiedError{Class: ClassTransient, Code: "object_store_error", Message: "object storage download broke off", Cause: err}
+	}
+	return path, nil
+}
+
+// finalize joins the clips and streams the render into object storage under
+// its deterministic key, by the write protocol; an existing render of the
+// same frozen input is reused.
+func finalize(ctx context.Context, d FinalizeDeps, a *attempt, clips []string) (string, error) {
+	key := RenderKey(a.job.Tenant, a.workflow.Version, a.board.Canonical(), d.Renderer.Fingerprint())
+	if _, err := d.Ledger.GetAsset(ctx, key); err == nil {
+		return key, nil
+	}
+	if err := checkCancel(ctx, d.Cancel, a.job.ID); err != nil {
+		return "", err
+	}
+	pr, pw := io.Pipe()
+	joinCtx, stopJoin := context.WithCancel(ctx)
+	defer stopJoin()
+	var joinErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		joinErr = d.Renderer.JoinTo(joinCtx, clips, pw)
+		pw.CloseWithError(joinErr)
+	}()
+	src := &failpointReader{r: sourceReader{r: pr}, ctx: ctx, fp: d.Failpoint, name: "mid_upload"}
+	asset, _, err := writeObject(ctx, d.Ledger, d.Objects, a.lease, d.Failpoint, key, "render", "video/mp4", a.board.TotalMS(), src)
+	// Whatever happened to the upload, ffmpeg must not outlive it.
+	pr.CloseWithError(errors.New("upload finished"))
+	stopJoin()
+	wg.Wait()
+	if err != nil {
+		var se *sourceError
+		if errors.As(err, &se) && joinErr != nil && ctx.Err() == nil {
+			return "", errors.Join(&ClassifiedError{Class: ClassTransient, Code: "render_failed", Message: "joining the scenes failed", Cause: joinErr}, err)
+		}
+		return "", err
+	}
+	d.Metrics.BytesUploaded("render", asset.SizeBytes)
+	if err := callFP(ctx, d.Failpoint, "after_asset_before_status"); err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+// failpointReader fires a failpoint once, after the first bytes went
+// through: the crash matrix's "mid-upload".
+type failpointReader struct {
+	r     io.Reader
+	ctx   context.Context
+	fp    Failpoint
+	name  string
+	fired bool
+}
+
+func (f *failpointReader) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if n > 0 && !f.fired && f.fp != nil {
+		f.fired = true
+		if ferr := f.fp(f.ctx, f.name); ferr != nil {
+			return n, &sourceError{err: ferr}
+		}
+	}
+	return n, err
+}

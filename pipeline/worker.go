@@ -1,0 +1,261 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// WorkerConfig configures a Worker.
+type WorkerConfig struct {
+	Store  Store
+	Engine *Engine
+	// Queues the worker consumes: only those of versions bound in this
+	// deployment (routing decides).
+	Queues []string
+	// Owner names this worker in leases (host:pid or similar).
+	Owner string
+	// Concurrency is how many jobs run at once (EDGEPIPE_WORKERS).
+	Concurrency int
+	// LeaseFor is the lease length; heartbeats renew it every LeaseFor/3.
+	LeaseFor time.Duration
+	// Poll is how long an idle worker waits before fetching again.
+	Poll      time.Duration
+	Clock     Clock
+	Logger    *slog.Logger
+	Failpoint Failpoint
+}
+
+func (c *WorkerConfig) setDefaults() {
+	if c.Concurrency == 0 {
+		c.Concurrency = 2
+	}
+	if c.LeaseFor == 0 {
+		c.LeaseFor = 30 * time.Second
+	}
+	if c.Poll == 0 {
+		c.Poll = 200 * time.Millisecond
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports the first bad setting.
+func (c WorkerConfig) Validate() error {
+	switch {
+	case c.Store == nil || c.Engine == nil:
+		return errors.New("worker: store and engine are required")
+	case len(c.Queues) == 0:
+		return errors.New("worker: no queues to consume (no workflow version is bound)")
+	case c.Owner == "":
+		return errors.New("worker: owner is required")
+	case c.Concurrency < 1:
+		return errors.New("worker: concurrency must be at least 1")
+	case c.LeaseFor < time.Second:
+		return errors.New("worker: lease must be at least 1s")
+	}
+	return nil
+}
+
+// Worker consumes queues, runs claimed jobs through the engine and records
+// their outcomes. It shares the Start/Stop lifecycle of edgepipe's other
+// long-running parts.
+type Worker struct {
+	cfg WorkerConfig
+	log *slog.Logger
+
+	mu       sync.Mutex
+	started  bool
+	stopping chan struct{} // closed by Stop: claim nothing more
+	runCtx   context.Context
+	abort    context.CancelFunc // cancels in-flight attempts (they release)
+	loopDone chan struct{}
+	inflight sync.WaitGroup
+}
+
+// NewWorker validates cfg.
+func NewWorker(cfg WorkerConfig) (*Worker, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Worker{cfg: cfg, log: cfg.Logger.With("worker", cfg.Owner)}, nil
+}
+
+// Start begins consuming. ctx bounds the worker's whole life.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return errors.New("worker: already started")
+	}
+	w.started = true
+	w.stopping = make(chan struct{})
+	w.loopDone = make(chan struct{})
+	w.runCtx, w.abort = context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		<-ctx.Done()
+		w.abort()
+	}()
+	go w.loop()
+	return nil
+}
+
+// Stop stops claiming, lets in-flight attempts finish until ctx ends, then
+// interrupts the rest, which release their jobs (not fail them) so another
+// worker picks them up.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	if !w.started {
+		w.mu.Unlock()
+		return nil
+	}
+	select {
+	case <-w.stopping:
+	default:
+		close(w.stopping)
+	}
+	w.mu.Unlock()
+	<-w.loopDone
+	done := make(chan struct{})
+	go func() { w.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+		w.abort()
+		return nil
+	case <-ctx.Done():
+		w.abort()
+		<-done
+		return fmt.Errorf("worker: in-flight jobs released at shutdown deadline: %w", ctx.Err())
+	}
+}
+
+func (w *Worker) loop() {
+	defer close(w.loopDone)
+	slots := make(chan struct{}, w.cfg.Concurrency)
+	next := 0
+	for {
+		select {
+		case <-w.stopping:
+			return
+		case <-w.runCtx.Done():
+			return
+		default:
+		}
+		free := w.cfg.Concurrency - len(slots)
+		if free == 0 {
+			select {
+			case slots <- struct{}{}: // wait for a slot, then give it back
+				<-slots
+			case <-w.stopping:
+				return
+			case <-time.After(w.cfg.Poll):
+			}
+			continue
+		}
+		queue := w.cfg.Queues[next%len(w.cfg.Queues)]
+		next++
+		claimed, _, err := w.cfg.Store.Fetch(w.runCtx, queue, w.cfg.Owner, free, w.cfg.LeaseFor)
+		if err != nil {
+			w.log.Warn("fetch failed", "queue", queue, "err", err)
+		}
+		for _, c := range claimed {
+			slots <- struct{}{}
+			w.inflight.Add(1)
+			go func() {
+				defer func() { <-slots; w.inflight.Done() }()
+				w.run(c)
+			}()
+		}
+		if len(claimed) == 0 && next%len(w.cfg.Queues) == 0 {
+			select {
+			case <-w.stopping:
+				return
+			case <-w.runCtx.Done():
+				return
+			case <-time.After(w.cfg.Poll):
+			}
+		}
+	}
+}
+
+// run is one attempt: heartbeat while the engine works, then record the
+// outcome, or release the job if the worker is shutting down.
+func (w *Worker) run(c Claimed) {
+	log := w.log.With("job", c.Job.ID, "attempt", c.Lease.AttemptID)
+	ctx, cancel := context.WithCancel(w.runCtx)
+	defer cancel()
+
+	var mu sync.Mutex
+	lease := c.Lease
+	lost := false
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		t := time.NewTicker(w.cfg.LeaseFor / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				mu.Lock()
+				l := lease
+				mu.Unlock()
+				nl, err := w.cfg.Store.Heartbeat(ctx, l, w.cfg.LeaseFor)
+				var fe *FenceError
+				switch {
+				case errors.As(err, &fe):
+					log.Warn("lease lost; abandoning attempt")
+					mu.Lock()
+					lost = true
+					mu.Unlock()
+					cancel()
+					return
+				case err != nil:
+					log.Warn("heartbeat failed", "err", err)
+				default:
+					mu.Lock()
+					lease = nl
+					mu.Unlock()
+				}
+			}
+		}
+	}()
+
+	outcome, err := w.cfg.Engine.Run(ctx, c)
+	cancel()
+	<-hbDone
+	mu.Lock()
+	l, wasLost := lease, lost
+	mu.Unlock()
+	bg := context.WithoutCancel(w.runCtx)
+	switch {
+	case wasLost:
+		return // another worker owns the job now; nothing of ours may land
+	case err != nil:
+		// Interrupted (shutdown) or fenced: give the job back untouched.
+		if rerr := w.cfg.Store.Release(bg, l); rerr != nil {
+			log.Info("release after interruption failed (lease already gone?)", "err", rerr)
+		}
+		return
+	}
+	if w.cfg.Failpoint != nil {
+		if err := w.cfg.Failpoint(bg, "before_ack"); err != nil {
+			log.Warn("failpoint before_ack", "err", err)
+			return
+		}
+	}
+	if err := w.cfg.Store.Finish(bg, l, outcome); err != nil {
+		log.Warn("recording the outcome failed", "status", outcome.Status, "err", err)
+		return
+	}
+	log.Info("attempt finished", "status", outcome.Status, "code", outcome.ErrorCode)
+}

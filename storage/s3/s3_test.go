@@ -1,0 +1,179 @@
+package s3
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"edgepipe/pipeline"
+	"edgepipe/storage/storagetest"
+)
+
+// These tests need no server; the store itself is tested against a real
+// MinIO in s3_minio_test.go (go test -tags minio).
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	good := func() Config {
+		c := Config{Endpoint: "http://127.0.0.1:9000", Bucket: "edgepipe", AccessKey: "a", SecretKey: "s"}
+		c.setDefaults()
+		return c
+	}
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		want   string // substring of the error; "" means valid
+	}{
+		{"defaults", func(*Config) {}, ""},
+		{"aws without endpoint or keys", func(c *Config) { c.Endpoint, c.AccessKey, c.SecretKey = "", "", "" }, ""},
+		{"prefix", func(c *Config) { c.Prefix = "tenant/a/" }, ""},
+		{"no bucket", func(c *Config) { c.Bucket = "" }, "EDGEPIPE_S3_BUCKET"},
+		{"bad bucket", func(c *Config) { c.Bucket = "Upper_Case" }, "EDGEPIPE_S3_BUCKET"},
+		{"short bucket", func(c *Config) { c.Bucket = "ab" }, "EDGEPIPE_S3_BUCKET"},
+		{"endpoint scheme", func(c *Config) { c.Endpoint = "127.0.0.1:9000" }, "EDGEPIPE_S3_ENDPOINT"},
+		{"endpoint path", func(c *Config) { c.Endpoint = "http://minio:9000/bucket" }, "EDGEPIPE_S3_ENDPOINT"},
+		{"public endpoint", func(c *Config) { c.PresignEndpoint = "files.example.com" }, "EDGEPIPE_S3_PUBLIC_ENDPOINT"},
+		{"half credentials", func(c *Config) { c.SecretKey = "" }, "EDGEPIPE_S3_SECRET_KEY"},
+		{"prefix without slash", func(c *Config) { c.Prefix = "tenant" }, "EDGEPIPE_S3_PREFIX"},
+		{"prefix traversal", func(c *Config) { c.Prefix = "../x/" }, "EDGEPIPE_S3_PREFIX"},
+		{"part too small", func(c *Config) { c.PartSizeMiB = 4 }, "EDGEPIPE_S3_PART_SIZE_MIB"},
+		{"part too big", func(c *Config) { c.PartSizeMiB = 513 }, "EDGEPIPE_S3_PART_SIZE_MIB"},
+		{"concurrency", func(c *Config) { c.Concurrency = 33 }, "EDGEPIPE_S3_CONCURRENCY"},
+		{"page size", func(c *Config) { c.ListPageSize = 1001 }, "page size"},
+		{"abort timeout", func(c *Config) { c.AbortTimeout = -1 }, "abort timeout"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := good()
+			tc.mutate(&c)
+			err := c.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, pipeline.ErrInvalidInput) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Validate = %v, want ErrInvalidInput mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	t.Parallel()
+	c := Config{Endpoint: "http://minio:9000", Bucket: "b"}
+	c.setDefaults()
+	if !*c.PathStyle || c.Region != "us-east-1" || c.PartSizeMiB != DefaultPartSizeMiB || c.Concurrency != DefaultConcurrency {
+		t.Errorf("defaults with an endpoint = %+v", c)
+	}
+	aws := Config{Bucket: "b"}
+	aws.setDefaults()
+	if *aws.PathStyle {
+		t.Error("path style defaulted on for AWS")
+	}
+	off := false
+	explicit := Config{Endpoint: "http://minio:9000", Bucket: "b", PathStyle: &off}
+	explicit.setDefaults()
+	if *explicit.PathStyle {
+		t.Error("an explicit PathStyle=false was overridden")
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	if _, err := New(context.Background(), Config{}); !errors.Is(err, pipeline.ErrInvalidInput) {
+		t.Errorf("New(empty) = %v, want ErrInvalidInput", err)
+	}
+}
+
+func TestKeyRule(t *testing.T) {
+	t.Parallel()
+	for _, k := range storagetest.InvalidKeys {
+		if ValidateKey(k) == nil {
+			t.Errorf("ValidateKey(%.40q) accepted", k)
+		}
+	}
+	for _, k := range storagetest.ValidKeys {
+		if err := ValidateKey(k); err != nil {
+			t.Errorf("ValidateKey(%.40q) = %v", k, err)
+		}
+	}
+	if err := ValidateKey(strings.Repeat("k/", 511) + "kk"); err != nil {
+		t.Errorf("1024-byte key refused: %v", err)
+	}
+	s := &Store{prefix: "tenant/"}
+	if err := s.checkKey(strings.Repeat("k/", 509) + "kk"); err != nil { // 1020 + 7 > 1024
+		if !errors.Is(err, pipeline.ErrInvalidInput) {
+			t.Errorf("checkKey = %v", err)
+		}
+	} else {
+		t.Error("a key that is too long with the prefix was accepted")
+	}
+}
+
+func FuzzValidateKey(f *testing.F) {
+	for _, k := range append(storagetest.InvalidKeys, storagetest.ValidKeys...) {
+		f.Add(k)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		if ValidateKey(key) != nil {
+			return
+		}
+		if len(key) > MaxKeyLen || strings.Contains(key, "//") || strings.HasPrefix(key, "/") || strings.HasSuffix(key, "/") {
+			t.Fatalf("accepted %q", key)
+		}
+		for _, seg := range strings.Split(key, "/") {
+			if seg == "." || seg == ".." || len(seg) > MaxSegmentLen {
+				t.Fatalf("accepted %q (segment %q)", key, seg)
+			}
+		}
+		if validatePrefix(key) != nil {
+			t.Fatalf("valid key %q is not a valid prefix", key)
+		}
+	})
+}
+
+// The benchmark's generator is storagetest.Stream: same bytes, whatever
+// the read sizes.
+func TestBenchStreamMatchesStorageTest(t *testing.T) {
+	t.Parallel()
+	const size = 1<<20 + 13
+	want, _ := io.ReadAll(storagetest.Stream(0, size))
+	got, err := io.ReadAll(iotest.OneByteReader(io.LimitReader(newBenchStream(size), 1000)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(newBenchStream(size))
+	if !bytes.Equal(got, want[:1000]) || !bytes.Equal(rest, want) {
+		t.Error("benchStream differs from storagetest.Stream")
+	}
+	// And the stream is not short-periodic: no 1 MiB block repeats.
+	if bytes.Equal(want[:4096], want[1<<20:1<<20+4096]) {
+		t.Error("stream repeats with a 1 MiB period")
+	}
+}
+
+func TestHashingReader(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	var sum string
+	r := &hashingReader{ctx: ctx, r: strings.NewReader("abc"), h: newSHA(), onEOF: func(s string) { sum = s }}
+	b, err := io.ReadAll(r)
+	if err != nil || string(b) != "abc" || r.n != 3 {
+		t.Fatalf("read %q, %v, n=%d", b, err, r.n)
+	}
+	if sum != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" {
+		t.Errorf("digest at EOF = %s", sum)
+	}
+	cancel()
+	r2 := &hashingReader{ctx: ctx, r: strings.NewReader("abc"), h: newSHA(), onEOF: func(string) {}}
+	if _, err := r2.Read(make([]byte, 8)); !errors.Is(err, context.Canceled) {
+		t.Errorf("read after cancel = %v", err)
+	}
+}

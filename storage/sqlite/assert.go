@@ -1,0 +1,5 @@
+package sqlite
+
+import "edgepipe/pipeline"
+
+var _ pipeline.Store = (*Store)(nil)

@@ -1,0 +1,214 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"edgepipe/pipeline"
+)
+
+// The write protocol of DESIGN §7, as seen from the database:
+//
+//	ClaimObject   ownership row (state writing), fenced by the lease
+//	  … the caller streams the object …
+//	CommitAsset   asset row, and the claim is removed, fenced
+//
+// and when something failed after the object may exist:
+//
+//	AbandonClaim  decides, in one transaction, whether the object may be
+//	              deleted: only if no asset row and no other claim refers
+//	              to the key. If so the claim turns 'deleting', which makes
+//	              every new ClaimObject on the key fail with
+//	              ErrClaimConflict until…
+//	FinishAbandon  …the caller has deleted the object and removes the claim.
+//
+// The decision and the state change are one transaction, and a new claim
+// checks for 'deleting' inside its own, so a cleanup can never delete an
+// object another attempt has just claimed.
+
+// ClaimObject records that the attempt holding lease is about to write key.
+// Claiming a key twice is harmless. A key being deleted by another attempt
+// fails with pipeline.ErrClaimConflict (retry later).
+func (s *Store) ClaimObject(ctx context.Context, lease pipeline.Lease, key string) error {
+	return s.inTx(ctx, func(tx *wtx) error {
+		now := s.now()
+		if err := checkFence(ctx, tx, now, lease, "claim object"); err != nil {
+			return err
+		}
+		var deleting int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM object_claims WHERE object_key = ? AND state = 'deleting'`, key).Scan(&deleting); err != nil {
+			return err
+		}
+		if deleting > 0 {
+			return fmt.Errorf("%w: %s", pipeline.ErrClaimConflict, key)
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO object_claims (object_key, attempt_id, job_id, state, claimed_at)
+			VALUES (?, ?, ?, 'writing', ?) ON CONFLICT (object_key, attempt_id) DO NOTHING`, key, lease.AttemptID, lease.JobID, now)
+		return err
+	})
+}
+
+// CommitAsset records a fully written object and drops the attempt's claim
+// on it, fenced by the lease. If the key already has an asset row with the
+// same content the call succeeds (a retried commit); different content is
+// refused with pipeline.ErrAlreadyExists.
+func (s *Store) CommitAsset(ctx context.Context, lease pipeline.Lease, a pipeline.Asset) error {
+	if len(a.SHA256) != 64 || a.SizeBytes < 0 || a.Key == "" || a.ContentType == "" {
+		return fmt.Errorf("%w: asset needs a key, a content type, a size and a SHA-256", pipeline.ErrInvalidInput)
+	}
+	return s.inTx(ctx, func(tx *wtx) error {
+		now := s.now()
+		if err := checkFence(ctx, tx, now, lease, "commit asset"); err != nil {
+			return err
+		}
+		var claimed int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM object_claims WHERE object_key = ? AND attempt_id = ? AND state = 'writing'`,
+			a.Key, lease.AttemptID).Scan(&claimed); err != nil {
+			return err
+		}
+		if claimed == 0 {
+			return fmt.Errorf("%w: attempt %s holds no claim on %s", pipeline.ErrInvalidTransition, lease.AttemptID, a.Key)
+		}
+		existing, err := scanAsset(tx.QueryRowContext(ctx, `SELECT `+assetColumns+` FROM assets WHERE object_key = ?`, a.Key))
+		switch {
+		case err == nil:
+			if existing.SHA256 != a.SHA256 || existing.SizeBytes != a.SizeBytes {
+				return fmt.Errorf("%w: asset %s has other content", pipeline.ErrAlreadyExists, a.Key)
+			}
+		case errors.Is(err, pipeline.ErrNotFound):
+			if _, err := tx.ExecContext(ctx, `INSERT INTO assets (object_key, job_id, kind, size_bytes, sha256, content_type,
+				duration_ms, created_by_attempt, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				a.Key, lease.JobID, a.Kind, a.SizeBytes, a.SHA256, a.ContentType, a.DurationMS, lease.AttemptID, now); err != nil {
+				return err
+			}
+		default:
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM object_claims WHERE object_key = ? AND attempt_id = ?`, a.Key, lease.AttemptID)
+		return err
+	})
+}
+
+// AbandonClaim gives up attemptID's claim on key after a failed write. It
+// returns deleteObject=true when the caller must delete the object (no asset
+// row and no other claim refers to it); the claim then stays, in state
+// 'deleting', until FinishAbandon. Otherwise the claim is simply removed.
+// Not fenced: an attempt that lost its lease must still clean up after
+// itself, and the decision is made under the database's lock.
+func (s *Store) AbandonClaim(ctx context.Context, attemptID, key string) (deleteObject bool, err error) {
+	err = s.inTx(ctx, func(tx *wtx) error {
+		var mine int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM object_claims WHERE object_key = ? AND attempt_id = ?`, key, attemptID).Scan(&mine); err != nil {
+			return err
+		}
+		if mine == 0 {
+			return nil // nothing of ours to abandon
+		}
+		var others, assets int
+		if err := tx.QueryRowContext(ctx, `SELECT
+			(SELECT count(*) FROM object_claims WHERE object_key = ?1 AND attempt_id <> ?2),
+			(SELECT count(*) FROM assets WHERE object_key = ?1)`, key, attemptID).Scan(&others, &assets); err != nil {
+			return err
+		}
+		if others > 0 || assets > 0 {
+			_, err := tx.ExecContext(ctx, `DELETE FROM object_claims WHERE object_key = ? AND attempt_id = ?`, key, attemptID)
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE object_claims SET state = 'deleting' WHERE object_key = ? AND attempt_id = ?`, key, attemptID); err != nil {
+			return err
+		}
+		deleteObject = true
+		return nil
+	})
+	return deleteObject, err
+}
+
+// FinishAbandon removes a 'deleting' claim once its object is gone, which
+// lets new claims on the key through again.
+func (s *Store) FinishAbandon(ctx context.Context, attemptID, key string) error {
+	return s.inTx(ctx, func(tx *wtx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM object_claims WHERE object_key = ? AND attempt_id = ? AND state = 'deleting'`, key, attemptID)
+		return err
+	})
+}
+
+const assetColumns = `object_key, job_id, kind, size_bytes, sha256, content_type, duration_ms, created_by_attempt, created_at`
+
+func scanAsset(r rowScanner) (pipeline.Asset, error) {
+	var a pipeline.Asset
+	var at int64
+	if err := r.Scan(&a.Key, &a.JobID, &a.Kind, &a.SizeBytes, &a.SHA256, &a.ContentType, &a.DurationMS, &a.CreatedByAttempt, &at); err != nil {
+		return a, translate(err)
+	}
+	a.CreatedAt = fromMS(at)
+	return a, nil
+}
+
+// GetAsset returns the asset row of key, or pipeline.ErrNotFound.
+func (s *Store) GetAsset(ctx context.Context, key string) (pipeline.Asset, error) {
+	return scanAsset(s.read.QueryRowContext(ctx, `SELECT `+assetColumns+` FROM assets WHERE object_key = ?`, key))
+}
+
+// ListAssets calls fn for every asset in key order (the consistency checker).
+func (s *Store) ListAssets(ctx context.Context, fn func(pipeline.Asset) error) error {
+	rows, err := s.read.QueryContext(ctx, `SELECT `+assetColumns+` FROM assets ORDER BY object_key`)
+	if err != nil {
+		return translate(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		a, err := scanAsset(rows)
+		if err != nil {
+			return err
+		}
+		if err := fn(a); err != nil {
+			return err
+		}
+	}
+	return translate(rows.Err())
+}
+
+// KeyReferenced reports whether key has an asset row or a live claim: a
+// claim by the current attempt of a running job whose lease has not expired,
+// or any claim in state 'deleting' (its owner is mid-cleanup). The sweeper
+// deletes an object only when this is false.
+func (s *Store) KeyReferenced(ctx context.Context, key string) (bool, error) {
+	var n int
+	err := s.read.QueryRowContext(ctx, `SELECT
+		(SELECT count(*) FROM assets WHERE object_key = ?1) +
+		(SELECT count(*) FROM object_claims c JOIN jobs j ON j.id = c.job_id
+		  WHERE c.object_key = ?1 AND (c.state = 'deleting' OR (j.status = 'running' AND j.attempt_id = c.attempt_id AND j.lease_expires_at > ?2)))`,
+		key, s.now()).Scan(&n)
+	return n > 0, translate(err)
+}
+
+// DropStaleClaims removes 'writing' claims whose attempt is no longer the
+// live attempt of its job (it crashed or was fenced out) and that are older
+// than olderThanMS, returning their keys so the sweeper can consider the
+// objects. 'deleting' claims older than the cutoff are stale too: their owner
+// died mid-cleanup.
+func (s *Store) DropStaleClaims(ctx context.Context, cutoffMS int64) ([]string, error) {
+	var keys []string
+	err := s.inTx(ctx, func(tx *wtx) error {
+		keys = keys[:0]
+		now := s.now()
+		rows, err := tx.QueryContext(ctx, `DELETE FROM object_claims WHERE claimed_at < ?1 AND NOT EXISTS (
+			SELECT 1 FROM jobs j WHERE j.id = object_claims.job_id AND j.status = 'running'
+			  AND j.attempt_id = object_claims.attempt_id AND j.lease_expires_at > ?2)
+			RETURNING object_key`, cutoffMS, now)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k string
+			if err := rows.Scan(&k); err != nil {
+				return err
+			}
+			keys = append(keys, k)
+		}
+		return rows.Err()
+	})
+	return keys, err
+}
