@@ -263,6 +263,9 @@ func (e *Engine) runStages(ctx context.Context, a *attempt) (string, error) {
 	if err := e.cfg.Store.StageFinished(ctx, a.lease, StageExecute, doneUnits(a.units), nil); err != nil {
 		return "", err
 	}
+	if err := e.fail(ctx, "after_execute"); err != nil {
+		return "", err
+	}
 	e.cfg.Metrics.StageDuration(StageExecute, e.cfg.Clock.Now().Sub(start))
 
 	w, h := a.board.Options.Size()

@@ -219,10 +219,10 @@ func (u *unitRun) syncCall(ctx context.Context, op, name string) (string, error)
 	if contract == ContractIdempotentVerified {
 		meta.IdempotencyKey = u.idempotencyKey(op)
 	}
-	if err := checkCancel(ctx, u.d.Store, u.a.job.ID); err != nil {
+	if err := callFP(ctx, u.d.Failpoint, "before_provider_call"); err != nil {
 		return "", err
 	}
-	if err := callFP(ctx, u.d.Failpoint, "before_provider_call"); err != nil {
+	if err := checkCancel(ctx, u.d.Store, u.a.job.ID); err != nil {
 		return "", err
 	}
 	id, err := u.d.Store.RecordIntent(ctx, u.a.lease, ProviderCall{Scene: u.unit.Scene, Op: op, Provider: p.Name(),
@@ -337,10 +337,10 @@ func (u *unitRun) video(ctx context.Context) (string, error) {
 		if err := u.mayCall(ctx, OpVideoSubmit, contract); err != nil {
 			return "", err
 		}
-		if err := checkCancel(ctx, u.d.Store, u.a.job.ID); err != nil {
+		if err := callFP(ctx, u.d.Failpoint, "before_provider_call"); err != nil {
 			return "", err
 		}
-		if err := callFP(ctx, u.d.Failpoint, "before_provider_call"); err != nil {
+		if err := checkCancel(ctx, u.d.Store, u.a.job.ID); err != nil {
 			return "", err
 		}
 		id, err := u.d.Store.RecordIntent(ctx, u.a.lease, ProviderCall{Scene: u.unit.Scene, Op: OpVideoSubmit, Provider: p.Name(), Contract: contract})

@@ -116,6 +116,9 @@ func finalize(ctx context.Context, d FinalizeDeps, a *attempt, clips []string) (
 	if _, err := d.Ledger.GetAsset(ctx, key); err == nil {
 		return key, nil
 	}
+	if err := callFP(ctx, d.Failpoint, "before_upload"); err != nil {
+		return "", err
+	}
 	if err := checkCancel(ctx, d.Cancel, a.job.ID); err != nil {
 		return "", err
 	}

@@ -93,6 +93,9 @@ func callFP(ctx context.Context, fp Failpoint, name string) error {
 }
 
 func storeErr(err error) error {
+	if err == nil {
+		return nil
+	}
 	var fe *FenceError
 	if errors.As(err, &fe) {
 		return err

@@ -84,9 +84,12 @@ func (s *Store) UpdateUnit(ctx context.Context, lease pipeline.Lease, scene int,
 				return fmt.Errorf("%w: artifact %s of unit %s/%d names %s, which has no asset row", pipeline.ErrInvalidInput, name, lease.JobID, scene, key)
 			}
 		}
-		arts, err := json.Marshal(up.Artifacts)
-		if err != nil {
-			return err
+		arts := []byte("{}") // json_patch with 'null' would erase the stored artifacts
+		if len(up.Artifacts) > 0 {
+			var err error
+			if arts, err = json.Marshal(up.Artifacts); err != nil {
+				return err
+			}
 		}
 		res, err := tx.ExecContext(ctx, `UPDATE units SET
 			status = CASE WHEN ?1 = '' THEN status ELSE ?1 END,

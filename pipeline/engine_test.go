@@ -1,0 +1,352 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"edgepipe/pipeline"
+)
+
+func TestEngineHappyPathStoresEverything(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	scenes := []pipeline.Scene{img("a red fox", "The fox wakes.", 1000), img("a blue lake", "", 800)}
+	if haveFFmpeg() {
+		scenes = append(scenes, vid("waves", "The sea.", 600))
+	}
+	h.submit("v1-happy", board(scenes...))
+	_, o, err := h.attempt("render-v1", true)
+	if err != nil || o.Status != pipeline.StatusSucceeded {
+		t.Fatalf("outcome %+v err %v", o, err)
+	}
+	j := h.job("v1-happy")
+	if j.Status != pipeline.StatusSucceeded || j.ResultKey == "" || j.UnitsDone != len(scenes) || j.Stage != pipeline.StageFinalize {
+		t.Fatalf("job %+v", j)
+	}
+	a, err := h.store.GetAsset(ctx, j.ResultKey)
+	if err != nil || a.Kind != "render" || a.DurationMS != 1000+800+map[bool]int{true: 600}[len(scenes) == 3] {
+		t.Fatalf("render asset %+v %v", a, err)
+	}
+	info, err := h.objs.Head(ctx, j.ResultKey)
+	if err != nil || info.Size != a.SizeBytes || info.SHA256 != a.SHA256 {
+		t.Fatalf("object %+v vs asset %+v (%v)", info, a, err)
+	}
+	units, _ := h.store.Units(ctx, "v1-happy")
+	for _, u := range units {
+		if u.Status != pipeline.UnitGenerated {
+			t.Fatalf("unit %+v", u)
+		}
+		for name, key := range u.Artifacts {
+			if strings.Contains(key, "fox") || strings.Contains(key, "..") {
+				t.Fatalf("key %q leaks user text", key)
+			}
+			if _, err := h.store.GetAsset(ctx, key); err != nil {
+				t.Fatalf("artifact %s=%s has no asset: %v", name, key, err)
+			}
+		}
+	}
+	if len(units[1].Artifacts) != 1 {
+		t.Fatalf("scene without narration made %d artifacts", len(units[1].Artifacts))
+	}
+	calls, _ := h.store.ProviderCalls(ctx, "v1-happy", -1, "")
+	for _, c := range calls {
+		if c.Status != pipeline.CallSucceeded {
+			t.Fatalf("call %+v", c)
+		}
+	}
+	led := h.fake.Ledger()
+	if led.Billed.Image != 2 || led.Billed.Speech != int64(len(scenes)-1) {
+		t.Fatalf("ledger %+v", led.Billed)
+	}
+}
+
+// A unit generated in attempt 1 is reused by attempt 2 after a crash between
+// execute and apply: no new provider calls at all.
+func TestUnitsReusedAfterCrashBeforeApply(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.submit("v1-reuse", board(img("one", "first", 700), img("two", "second", 700)))
+	h.fp.set("after_execute", once(errCrash))
+	if _, _, err := h.attempt("render-v1", false); err != nil {
+		t.Fatal(err)
+	}
+	before := h.fake.Ledger()
+	if before.Billed.Image != 2 || before.Billed.Speech != 2 {
+		t.Fatalf("attempt 1 billed %+v", before.Billed)
+	}
+	h.clock.Advance(2 * time.Minute) // the crashed attempt's lease runs out
+	c, o, err := h.attempt("render-v1", true)
+	if err != nil || o.Status != pipeline.StatusSucceeded || c.Lease.Attempt != 2 {
+		t.Fatalf("attempt 2: %+v %+v %v", c.Lease, o, err)
+	}
+	after := h.fake.Ledger()
+	if after.Calls != before.Calls || after.Billed != before.Billed {
+		t.Fatalf("attempt 2 called providers: before %+v after %+v", before, after)
+	}
+}
+
+// An async unit whose submit succeeded but whose worker died before the
+// result was saved is recovered by polling the stored id: one submit.
+func TestAsyncUnitRecoveredByPolling(t *testing.T) {
+	t.Parallel()
+	if !haveFFmpeg() {
+		t.Skip("ffmpeg not installed: the fake video provider needs it")
+	}
+	h := newHarness(t)
+	h.submit("v1-async", board(vid("clouds", "", 600)))
+	h.fp.set("after_provider_response", once(errCrash))
+	if _, _, err := h.attempt("render-v1", false); err != nil {
+		t.Fatal(err)
+	}
+	units, _ := h.store.Units(context.Background(), "v1-async")
+	if h.fake.Ledger().Billed.Video != 1 {
+		t.Fatal("no submit in attempt 1")
+	}
+	h.clock.Advance(2 * time.Minute)
+	_, o, err := h.attempt("render-v1", true)
+	if err != nil || o.Status != pipeline.StatusSucceeded {
+		t.Fatalf("attempt 2: %+v %v", o, err)
+	}
+	if n := h.fake.Ledger().Billed.Video; n != 1 {
+		t.Fatalf("video billed %d times, want 1 (recovered by polling); unit after crash %+v", n, units)
+	}
+}
+
+// An error in one of N parallel units fails the stage and cancels the
+// siblings; nothing is swallowed.
+func TestUnitErrorCancelsSiblings(t *testing.T) {
+	t.Parallel()
+	var canceled atomic.Int32
+	release := make(chan struct{})
+	h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers {
+		return &hookProviders{before: func(ctx context.Context, op, unit string) error {
+			if op != pipeline.OpImage {
+				return nil
+			}
+			if strings.HasSuffix(unit, "/1") {
+				return &pipeline.CallError{Op: op, Outcome: pipeline.OutcomeRejected, HTTPStatus: 400, Code: "provider_rejected_input", Cause: errors.New("raw: bad prompt")}
+			}
+			select { // siblings block until canceled
+			case <-ctx.Done():
+				canceled.Add(1)
+				return ctx.Err()
+			case <-release:
+				return nil
+			}
+		}}
+	}))
+	defer close(release)
+	h.submit("v1-sib", board(img("a", "", 600), img("b", "", 600), img("c", "", 600)))
+	done := make(chan pipeline.Outcome, 1)
+	go func() {
+		_, o, err := h.attempt("render-v1", true)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- o
+	}()
+	select {
+	case o := <-done:
+		if o.Status != pipeline.StatusFailed || o.ErrorCode != "provider_rejected_input" {
+			t.Fatalf("outcome %+v", o)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a failed unit did not cancel its siblings")
+	}
+	if canceled.Load() != 2 {
+		t.Fatalf("%d siblings saw cancellation, want 2", canceled.Load())
+	}
+	if strings.Contains(h.job("v1-sib").LastErrorMessage, "raw") {
+		t.Fatal("raw provider text reached the job")
+	}
+}
+
+// A zombie attempt (lease expired and taken over) cannot store a unit result
+// or an asset.
+func TestZombieAttemptCannotStore(t *testing.T) {
+	t.Parallel()
+	entered := make(chan struct{})
+	proceed := make(chan struct{})
+	var first sync.Once
+	h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers {
+		return &hookProviders{before: func(ctx context.Context, op, unit string) error {
+			blocked := false
+			first.Do(func() { blocked = true })
+			if blocked {
+				close(entered)
+				<-proceed
+			}
+			return nil
+		}}
+	}))
+	ctx := context.Background()
+	h.submit("v1-zombie", board(img("z", "", 600)))
+	cs, _, _ := h.store.Fetch(ctx, "render-v1", "a", 1, time.Minute)
+	zombie := make(chan error, 1)
+	go func() {
+		_, err := h.engine.Run(ctx, cs[0])
+		zombie <- err
+	}()
+	<-entered
+	h.clock.Advance(2 * time.Minute)
+	b, _, _ := h.store.Fetch(ctx, "render-v1", "b", 1, time.Minute)
+	if len(b) != 1 {
+		t.Fatal("lease not taken over")
+	}
+	close(proceed)
+	err := <-zombie
+	var fe *pipeline.FenceError
+	if !errors.As(err, &fe) {
+		t.Fatalf("zombie run returned %v, want a FenceError", err)
+	}
+	units, _ := h.store.Units(ctx, "v1-zombie")
+	if len(units[0].Artifacts) != 0 {
+		t.Fatalf("zombie stored a unit result: %+v", units[0])
+	}
+	n := 0
+	_ = h.store.ListAssets(ctx, func(pipeline.Asset) error { n++; return nil })
+	if n != 0 {
+		t.Fatalf("zombie left %d asset rows", n)
+	}
+	// and its object was cleaned up, since no one else refers to the key
+	objects := 0
+	_ = h.objs.List(ctx, "", func(pipeline.ObjectInfo) bool { objects++; return true })
+	if objects != 0 {
+		t.Fatalf("zombie left %d objects", objects)
+	}
+	// B finishes the job normally, reusing nothing it should not.
+	o, err := h.engine.Run(ctx, b[0])
+	if err != nil || o.Status != pipeline.StatusSucceeded {
+		t.Fatalf("B: %+v %v", o, err)
+	}
+}
+
+func TestCancellation(t *testing.T) {
+	t.Parallel()
+	for _, at := range []string{"after_claim", "before_provider_call", "after_execute", "before_upload"} {
+		t.Run(at, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			// One scene: its image and speech calls run in sequence, so a
+			// cancel recorded at the first boundary stops both.
+			h.submit("v1-c", board(img("x", "words", 600)))
+			h.fp.set(at, func(ctx context.Context) error {
+				_, err := h.store.RequestCancel(context.Background(), "acme", "v1-c")
+				return err
+			})
+			_, o, err := h.attempt("render-v1", true)
+			if err != nil || o.Status != pipeline.StatusCanceled {
+				t.Fatalf("outcome %+v %v", o, err)
+			}
+			billed := h.fake.Ledger().Billed
+			switch at {
+			case "after_claim", "before_provider_call":
+				if billed.Image+billed.Speech != 0 {
+					t.Fatalf("provider called after cancellation: %+v", billed)
+				}
+			}
+			if h.job("v1-c").Status != pipeline.StatusCanceled {
+				t.Fatal("job not canceled")
+			}
+			j := h.job("v1-c")
+			if j.ResultKey != "" {
+				t.Fatal("canceled job has a result")
+			}
+		})
+	}
+}
+
+// Ambiguous failure → needs_review with requires_action, a safe code, and no
+// raw provider text.
+func TestAmbiguousFailureNeedsReview(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withFaults("speech:after_commit=1", 7))
+	h.submit("v1-amb", board(img("x", "hello there", 600)))
+	_, o, err := h.attempt("render-v1", true)
+	if err != nil || o.Status != pipeline.StatusNeedsReview {
+		t.Fatalf("outcome %+v %v", o, err)
+	}
+	j := h.job("v1-amb")
+	if !j.RequiresAction || j.LastErrorClass != pipeline.ClassAmbiguous || j.LastErrorCode != "provider_server_error" {
+		t.Fatalf("job %+v", j)
+	}
+	for _, bad := range []string{"fake", "500", "Internal", "127.0.0.1"} {
+		if strings.Contains(j.LastErrorMessage, bad) {
+			t.Fatalf("raw text %q in %q", bad, j.LastErrorMessage)
+		}
+	}
+	if n := h.fake.Ledger().Billed.Speech; n != 1 {
+		t.Fatalf("speech billed %d", n)
+	}
+	// An operator retries: the speech call may have been billed, so the
+	// engine stops again instead of paying twice.
+	if _, err := h.store.Decide(context.Background(), "v1-amb", pipeline.DecisionRetry, "op"); err != nil {
+		t.Fatal(err)
+	}
+	_, o, _ = h.attempt("render-v1", true)
+	if o.Status != pipeline.StatusNeedsReview || o.ErrorCode != "provider_outcome_unknown" || h.fake.Ledger().Billed.Speech != 1 {
+		t.Fatalf("retry after review: %+v billed %d", o, h.fake.Ledger().Billed.Speech)
+	}
+}
+
+// apply and finalize receive no provider handle: no field of their
+// dependency structs can hold one, at any depth.
+func TestLaterStagesCannotReachProviders(t *testing.T) {
+	t.Parallel()
+	prov := reflect.TypeFor[pipeline.Providers]()
+	for _, typ := range []reflect.Type{reflect.TypeFor[pipeline.ApplyDeps](), reflect.TypeFor[pipeline.FinalizeDeps]()} {
+		if path := reaches(typ, prov, map[reflect.Type]bool{}); path != "" {
+			t.Errorf("%s reaches pipeline.Providers through %s", typ.Name(), path)
+		}
+	}
+	// and the check itself works: ExecuteDeps does reach it
+	if reaches(reflect.TypeFor[pipeline.ExecuteDeps](), prov, map[reflect.Type]bool{}) == "" {
+		t.Fatal("the reachability check cannot see a Providers field")
+	}
+}
+
+func reaches(t, target reflect.Type, seen map[reflect.Type]bool) string {
+	if seen[t] {
+		return ""
+	}
+	seen[t] = true
+	if t == target || (t.Kind() == reflect.Interface && target.Kind() == reflect.Interface && t.NumMethod() > 0 && target.Implements(t) && t.Implements(target)) {
+		return t.String()
+	}
+	if t.Kind() == reflect.Interface && t.NumMethod() > 0 {
+		// An interface whose method set includes Providers' would let a
+		// Providers be stored and asserted back.
+		for i := range target.NumMethod() {
+			if _, ok := t.MethodByName(target.Method(i).Name); ok {
+				return t.String() + "." + target.Method(i).Name
+			}
+		}
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if f.Type.Kind() == reflect.Interface && f.Type.NumMethod() == 0 {
+				return f.Name + " (any)"
+			}
+			if p := reaches(f.Type, target, seen); p != "" {
+				return f.Name + "." + p
+			}
+		}
+	case reflect.Pointer, reflect.Slice, reflect.Array, reflect.Map, reflect.Chan:
+		return reaches(t.Elem(), target, seen)
+	}
+	return ""
+}
+
+var _ = fmt.Sprint
+var _ = io.EOF

@@ -1,0 +1,358 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"edgepipe/pipeline"
+	"edgepipe/provider"
+	"edgepipe/provider/fake"
+	"edgepipe/storage/fs"
+	"edgepipe/storage/sqlite"
+)
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+// harness wires the real store, object directory, fake provider server and
+// HTTP adapter around an Engine, with a manual clock for leases and backoff.
+type harness struct {
+	t      *testing.T
+	clock  *pipeline.ManualClock
+	store  *sqlite.Store
+	objs   *fs.Store
+	fake   *fake.Server
+	prov   pipeline.Providers
+	engine *pipeline.Engine
+	cfg    pipeline.EngineConfig
+	fp     *failpoints
+}
+
+type harnessOpt func(*pipeline.EngineConfig, *fake.Config)
+
+func withFaults(spec string, seed uint64) harnessOpt {
+	return func(_ *pipeline.EngineConfig, fc *fake.Config) {
+		f, err := fake.ParseFaults(spec)
+		if err != nil {
+			panic(err)
+		}
+		fc.Faults, fc.Seed = f, seed
+	}
+}
+
+func withRenderers(r pipeline.RendererFactory) harnessOpt {
+	return func(ec *pipeline.EngineConfig, _ *fake.Config) { ec.Renderers = r }
+}
+
+func withProviders(wrap func(pipeline.Providers) pipeline.Providers) harnessOpt {
+	return func(ec *pipeline.EngineConfig, _ *fake.Config) { ec.Providers = wrap(ec.Providers) }
+}
+
+func newHarness(t *testing.T, opts ...harnessOpt) *harness {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	h := &harness{t: t, clock: pipeline.NewManualClock(t0), fp: &failpoints{}}
+	var err error
+	h.store, err = sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "db.sqlite"), Clock: h.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.store.Close() })
+	h.objs, err = fs.New(ctx, fs.Config{Root: filepath.Join(dir, "objects")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := fake.Config{Seed: 1, VideoProcessing: -1, CacheDir: filepath.Join(dir, "fake")}
+	ec := pipeline.EngineConfig{
+		Store: h.store, Objects: h.objs, Renderers: stubRenderers, Clock: h.clock,
+		Retry:   pipeline.RetryPolicy{Base: time.Second, Cap: 10 * time.Second, MaxAttempts: 5},
+		TempDir: dir, UnitConcurrency: 3, VideoPollInterval: 5 * time.Millisecond, Logger: testLogger(t),
+		Failpoint: h.fp.fire,
+	}
+	for _, o := range opts {
+		o(&ec, &fc)
+	}
+	h.fake, err = fake.New(fc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := h.fake.Start(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.fake.Close() })
+	hp, err := provider.New(provider.Config{BaseURL: base, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ec.Providers == nil {
+		ec.Providers = hp
+	} else {
+		ec.Providers = wrapInner(ec.Providers, hp)
+	}
+	h.prov = ec.Providers
+	h.cfg = ec
+	h.engine, err = pipeline.NewEngine(ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// submit creates a job the way the API does.
+func (h *harness) submit(id string, sb pipeline.Storyboard) pipeline.Job {
+	h.t.Helper()
+	sb, err := sb.Normalize()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	version := "v1"
+	if len(id) > 3 && id[:3] == "v2-" {
+		version = "v2"
+	}
+	j, created, err := h.store.CreateJob(context.Background(), pipeline.NewJob{
+		ID: id, Tenant: "acme", Operation: pipeline.OperationRenderVideo, IdempotencyKey: "k-" + id,
+		RequestFingerprint: pipeline.Fingerprint(pipeline.OperationRenderVideo, sb, ""), Input: sb.Canonical(),
+		Version: version, Queue: "render-" + version,
+	})
+	if err != nil || !created {
+		h.t.Fatalf("submit %s: %v", id, err)
+	}
+	return j
+}
+
+// attempt claims one job from queue and runs it; finish decides whether the
+// outcome is recorded (false simulates a crash after the run).
+func (h *harness) attempt(queue string, finish bool) (pipeline.Claimed, pipeline.Outcome, error) {
+	h.t.Helper()
+	ctx := context.Background()
+	cs, _, err := h.store.Fetch(ctx, queue, "test-worker", 1, time.Minute)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if len(cs) == 0 {
+		return pipeline.Claimed{}, pipeline.Outcome{}, errNothing
+	}
+	o, err := h.engine.Run(ctx, cs[0])
+	if err == nil && finish {
+		if ferr := h.store.Finish(ctx, cs[0].Lease, o); ferr != nil {
+			h.t.Fatalf("finish %s: %v", cs[0].Job.ID, ferr)
+		}
+	}
+	return cs[0], o, err
+}
+
+var errNothing = errors.New("nothing to fetch")
+
+// drain runs attempts on every queue, moving the clock past backoffs and
+// dead leases, until no job is left to run.
+func (h *harness) drain(maxAttempts int) int {
+	h.t.Helper()
+	n := 0
+	for n < maxAttempts {
+		progressed := false
+		for _, q := range []string{"render-v1", "render-v2"} {
+			_, _, err := h.attempt(q, true)
+			if errors.Is(err, errNothing) {
+				continue
+			}
+			if err != nil {
+				h.t.Fatalf("attempt: %v", err)
+			}
+			n++
+			progressed = true
+		}
+		if !progressed {
+			var pending int
+			total, _, _ := h.store.QueueDepth(context.Background(), "render-v1")
+			total2, _, _ := h.store.QueueDepth(context.Background(), "render-v2")
+			pending = total + total2
+			if pending == 0 {
+				return n
+			}
+			h.clock.Advance(15 * time.Second)
+		}
+	}
+	h.t.Fatalf("jobs still running after %d attempts", maxAttempts)
+	return n
+}
+
+func (h *harness) job(id string) pipeline.Job {
+	h.t.Helper()
+	j, err := h.store.GetJob(context.Background(), id)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return j
+}
+
+// failpoints lets a test act at a named boundary.
+type failpoints struct {
+	mu sync.Mutex
+	at map[string]func(context.Context) error
+}
+
+func (f *failpoints) set(name string, fn func(context.Context) error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.at == nil {
+		f.at = map[string]func(context.Context) error{}
+	}
+	if fn == nil {
+		delete(f.at, name)
+	} else {
+		f.at[name] = fn
+	}
+}
+
+func (f *failpoints) fire(ctx context.Context, name string) error {
+	f.mu.Lock()
+	fn := f.at[name]
+	f.mu.Unlock()
+	if fn == nil {
+		return nil
+	}
+	return fn(ctx)
+}
+
+// once returns a failpoint action that fails only the first time.
+func once(err error) func(context.Context) error {
+	var mu sync.Mutex
+	done := false
+	return func(context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if done {
+			return nil
+		}
+		done = true
+		return err
+	}
+}
+
+var errCrash = errors.New("simulated crash")
+
+// stubRenderers renders without ffmpeg: clips are the concatenated inputs,
+// the join their concatenation. Billing and storage tests need no video.
+func stubRenderers(context.Context, int, int, int) (pipeline.Renderer, error) { return stubRenderer{}, nil }
+
+type stubRenderer struct{}
+
+func (stubRenderer) SceneFromImage(_ context.Context, img, audio string, ms int, caption, out string) error {
+	return stubClip(out, img, audio, fmt.Sprintf("%d|%s", ms, caption))
+}
+
+func (stubRenderer) NormalizeVideo(_ context.Context, video, audio string, ms int, caption, out string) error {
+	return stubClip(out, video, audio, fmt.Sprintf("%d|%s", ms, caption))
+}
+
+func stubClip(out string, ins ...string) error {
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for _, in := range ins[:len(ins)-1] {
+		if in == "" {
+			continue
+		}
+		b, err := os.ReadFile(in)
+		if err != nil {
+			return err
+		}
+		f.Write(b[:min(len(b), 64)])
+	}
+	_, err = f.WriteString(ins[len(ins)-1])
+	return err
+}
+
+func (stubRenderer) JoinTo(_ context.Context, clips []string, w io.Writer) error {
+	for _, c := range clips {
+		b, err := os.ReadFile(c)
+		if err != nil {
+			return err
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (stubRenderer) AlignDurations(ms []int) []int { return ms }
+func (stubRenderer) Fingerprint() string           { return "stub" }
+
+func haveFFmpeg() bool {
+	_, e1 := exec.LookPath("ffmpeg")
+	_, e2 := exec.LookPath("ffprobe")
+	return e1 == nil && e2 == nil
+}
+
+// wrapInner lets a test wrapper built before the real adapter existed reach
+// it: wrappers embed *innerRef and get the adapter set here.
+func wrapInner(wrapper, inner pipeline.Providers) pipeline.Providers {
+	if s, ok := wrapper.(interface{ setInner(pipeline.Providers) }); ok {
+		s.setInner(inner)
+	}
+	return wrapper
+}
+
+// hookProviders delegates to the real adapter, calling before(op, scene)
+// first; a test uses it to block, fail or observe individual calls.
+type hookProviders struct {
+	pipeline.Providers
+	before func(ctx context.Context, op, unitID string) error
+}
+
+func (p *hookProviders) setInner(in pipeline.Providers) { p.Providers = in }
+
+func (p *hookProviders) GenerateImage(ctx context.Context, m pipeline.CallMeta, r pipeline.ImageRequest) (pipeline.Media, error) {
+	if err := p.before(ctx, pipeline.OpImage, m.UnitID); err != nil {
+		return pipeline.Media{}, err
+	}
+	return p.Providers.GenerateImage(ctx, m, r)
+}
+
+func (p *hookProviders) Synthesize(ctx context.Context, m pipeline.CallMeta, r pipeline.SpeechRequest) (pipeline.Media, error) {
+	if err := p.before(ctx, pipeline.OpSpeech, m.UnitID); err != nil {
+		return pipeline.Media{}, err
+	}
+	return p.Providers.Synthesize(ctx, m, r)
+}
+
+func (p *hookProviders) SubmitVideo(ctx context.Context, m pipeline.CallMeta, r pipeline.VideoRequest) (string, error) {
+	if err := p.before(ctx, pipeline.OpVideoSubmit, m.UnitID); err != nil {
+		return "", err
+	}
+	return p.Providers.SubmitVideo(ctx, m, r)
+}
+
+func board(scenes ...pipeline.Scene) pipeline.Storyboard {
+	return pipeline.Storyboard{Title: "test", Scenes: scenes, Options: pipeline.Options{Resolution: "640x360", FPS: 25}}
+}
+
+func img(prompt, narration string, ms int) pipeline.Scene {
+	return pipeline.Scene{ImagePrompt: prompt, Narration: narration, DurationMS: ms}
+}
+
+func vid(prompt, narration string, ms int) pipeline.Scene {
+	return pipeline.Scene{VideoPrompt: prompt, Narration: narration, DurationMS: ms}
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
