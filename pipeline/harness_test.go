@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -244,7 +244,9 @@ var errCrash = errors.New("simulated crash")
 
 // stubRenderers renders without ffmpeg: clips are the concatenated inputs,
 // the join their concatenation. Billing and storage tests need no video.
-func stubRenderers(context.Context, int, int, int) (pipeline.Renderer, error) { return stubRenderer{}, nil }
+func stubRenderers(context.Context, int, int, int) (pipeline.Renderer, error) {
+	return stubRenderer{}, nil
+}
 
 type stubRenderer struct{}
 
@@ -355,4 +357,7 @@ func testLogger(t *testing.T) *slog.Logger {
 
 type tWriter struct{ t *testing.T }
 
-func (w tWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}

@@ -1,0 +1,18 @@
+# edgepipe — the two commands a newcomer needs are `make run` and `make test`.
+GO ?= go
+export CGO_ENABLED := 1
+
+.PHONY: run test build vet bench demo images chaos mutation
+
+build:
+	$(GO) build -o bin/edgepipe ./cmd/edgepipe
+
+run: build
+	./bin/edgepipe serve
+
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 ./...
+
+bench:
+	$(GO) test ./storage/sqlite -run '^$$' -bench BurnDown -benchtime 20000x
