@@ -94,6 +94,33 @@ func TestUnitsReusedAfterCrashBeforeApply(t *testing.T) {
 	}
 }
 
+// A crash after an artifact's asset row was written but before the unit
+// recorded it: the next attempt finds the asset by its deterministic key and
+// pays nothing again.
+func TestAssetFoundByKeyAfterCrashBeforeUnitUpdate(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.submit("v1-key", board(img("only", "spoken", 700)))
+	h.fp.set("after_asset_before_unit", once(errCrash))
+	if _, _, err := h.attempt("render-v1", false); err != nil {
+		t.Fatal(err)
+	}
+	units, _ := h.store.Units(context.Background(), "v1-key")
+	if len(units[0].Artifacts) != 0 {
+		t.Fatalf("the crash came too late: %+v", units[0])
+	}
+	before := h.fake.Ledger()
+	h.clock.Advance(2 * time.Minute)
+	_, o, err := h.attempt("render-v1", true)
+	if err != nil || o.Status != pipeline.StatusSucceeded {
+		t.Fatalf("attempt 2: %+v %v", o, err)
+	}
+	after := h.fake.Ledger()
+	if after.Billed.Image != before.Billed.Image || after.Billed.Speech != 1 {
+		t.Fatalf("attempt 2 paid for the image again (or not once for speech): before %+v after %+v", before.Billed, after.Billed)
+	}
+}
+
 // An async unit whose submit succeeded but whose worker died before the
 // result was saved is recovered by polling the stored id: one submit.
 func TestAsyncUnitRecoveredByPolling(t *testing.T) {
@@ -162,8 +189,13 @@ func TestUnitErrorCancelsSiblings(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a failed unit did not cancel its siblings")
 	}
-	if canceled.Load() != 2 {
-		t.Fatalf("%d siblings saw cancellation, want 2", canceled.Load())
+	// Siblings already waiting in a call saw the cancellation; one not yet
+	// started never reached its call. Either way none got through.
+	if canceled.Load() < 1 {
+		t.Fatalf("no sibling saw the cancellation")
+	}
+	if billed := h.fake.Ledger().Billed; billed.Image != 0 {
+		t.Fatalf("a sibling's call went through after the stage failed: %+v", billed)
 	}
 	if strings.Contains(h.job("v1-sib").LastErrorMessage, "raw") {
 		t.Fatal("raw provider text reached the job")

@@ -150,6 +150,9 @@ func (u *unitRun) ensure(ctx context.Context, name string) error {
 	if err := u.store(ctx, spool, key, name, contentType); err != nil {
 		return err
 	}
+	if err := callFP(ctx, u.d.Failpoint, "after_asset_before_unit"); err != nil {
+		return err
+	}
 	return storeErr(u.d.Store.UpdateUnit(ctx, u.a.lease, u.unit.Scene, UnitUpdate{Artifacts: map[string]string{name: key}}))
 }
 
@@ -267,7 +270,15 @@ func (u *unitRun) syncCall(ctx context.Context, op, name string) (string, error)
 func (u *unitRun) callFailed(ctx context.Context, id int64, op string, contract Contract, err error) error {
 	status, httpStatus, code := CallAmbiguous, 0, "provider_error"
 	var ce *CallError
-	if errors.As(err, &ce) {
+	switch {
+	case ctx.Err() != nil:
+		// Our side gave up (a sibling failed, the job was canceled, the
+		// worker is stopping) while the request may have been in flight: it
+		// may have been billed. The error chain may even carry another
+		// call's CallError (errgroup cancels with the first error as the
+		// cause), so it must not be read as this call's outcome.
+		code = "interrupted"
+	case errors.As(err, &ce) && ce.Op == op:
 		httpStatus, code = ce.HTTPStatus, ce.Code
 		switch ce.Outcome {
 		case OutcomeNotSent:
@@ -275,9 +286,6 @@ func (u *unitRun) callFailed(ctx context.Context, id int64, op string, contract 
 		case OutcomeRateLimited, OutcomeRejected:
 			status = CallFailed
 		}
-	}
-	if ctx.Err() != nil && ce == nil {
-		code = "interrupted"
 	}
 	u.d.Metrics.ProviderCall(op, status)
 	if ferr := u.d.Store.FinishCall(context.WithoutCancel(ctx), id, status, httpStatus, code, ""); ferr != nil {
@@ -288,11 +296,11 @@ func (u *unitRun) callFailed(ctx context.Context, id int64, op string, contract 
 
 // classifyCall is the §6 table: what a failed call means for the job.
 func classifyCall(ctx context.Context, op string, contract Contract, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err() // canceled or shutting down: not this provider's doing
+	}
 	var ce *CallError
-	if !errors.As(err, &ce) {
-		if ctx.Err() != nil {
-			return err // canceled or shutting down: not the provider's doing
-		}
+	if !errors.As(err, &ce) || ce.Op != op {
 		return &ClassifiedError{Class: ClassAmbiguous, Code: "provider_error", Message: "the " + op + " provider failed in an unexpected way", Cause: err}
 	}
 	switch ce.Outcome {

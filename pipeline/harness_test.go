@@ -72,7 +72,7 @@ func newHarness(t *testing.T, opts ...harnessOpt) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fc := fake.Config{Seed: 1, VideoProcessing: -1, CacheDir: filepath.Join(dir, "fake")}
+	fc := fake.Config{Seed: 1, VideoProcessing: -1, CacheDir: filepath.Join(dir, "fake"), Logger: debugLogger(t)}
 	ec := pipeline.EngineConfig{
 		Store: h.store, Objects: h.objs, Renderers: stubRenderers, Clock: h.clock,
 		Retry:   pipeline.RetryPolicy{Base: time.Second, Cap: 10 * time.Second, MaxAttempts: 5},
@@ -360,4 +360,11 @@ type tWriter struct{ t *testing.T }
 func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+func debugLogger(t *testing.T) *slog.Logger {
+	if os.Getenv("EDGEPIPE_TEST_DEBUG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

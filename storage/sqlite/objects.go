@@ -177,10 +177,39 @@ func (s *Store) KeyReferenced(ctx context.Context, key string) (bool, error) {
 	var n int
 	err := s.read.QueryRowContext(ctx, `SELECT
 		(SELECT count(*) FROM assets WHERE object_key = ?1) +
-		(SELECT count(*) FROM object_claims c JOIN jobs j ON j.id = c.job_id
+		(SELECT count(*) FROM object_claims c LEFT JOIN jobs j ON j.id = c.job_id
 		  WHERE c.object_key = ?1 AND (c.state = 'deleting' OR (j.status = 'running' AND j.attempt_id = c.attempt_id AND j.lease_expires_at > ?2)))`,
 		key, s.now()).Scan(&n)
 	return n > 0, translate(err)
+}
+
+// ClaimForSweep lets the sweeper delete key safely: in one transaction it
+// checks that nothing refers to the key (KeyReferenced) and, if so, records
+// a 'deleting' claim for sweeperID, which blocks every new claim on the key
+// until FinishAbandon(sweeperID, key). Without it, a key could be claimed,
+// written and committed between the sweeper's check and its delete.
+func (s *Store) ClaimForSweep(ctx context.Context, sweeperID, key string) (bool, error) {
+	ok := false
+	err := s.inTx(ctx, func(tx *wtx) error {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT
+			(SELECT count(*) FROM assets WHERE object_key = ?1) +
+			(SELECT count(*) FROM object_claims c LEFT JOIN jobs j ON j.id = c.job_id
+			  WHERE c.object_key = ?1 AND (c.state = 'deleting' OR (j.status = 'running' AND j.attempt_id = c.attempt_id AND j.lease_expires_at > ?2)))`,
+			key, s.now()).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO object_claims (object_key, attempt_id, job_id, state, claimed_at)
+			VALUES (?, ?, NULL, 'deleting', ?)`, key, sweeperID, s.now()); err != nil {
+			return err
+		}
+		ok = true
+		return nil
+	})
+	return ok, err
 }
 
 // DropStaleClaims removes 'writing' claims whose attempt is no longer the

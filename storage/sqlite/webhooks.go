@@ -56,7 +56,7 @@ func (s *Store) ClaimWebhooks(ctx context.Context, limit int, lease time.Duratio
 	err := s.inTx(ctx, func(tx *wtx) error {
 		out = out[:0]
 		now := s.now()
-		rows, err := tx.QueryContext(ctx, `UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at = ?2
+		rows, err := tx.QueryContext(ctx, `UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at = ?1
 			WHERE id IN (SELECT id FROM webhook_outbox WHERE status = 'pending' AND next_attempt_at <= ?2
 			             ORDER BY next_attempt_at, id LIMIT ?3)
 			RETURNING `+webhookColumns, now+lease.Milliseconds(), now, limit)

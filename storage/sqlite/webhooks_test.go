@@ -220,7 +220,7 @@ func TestWebhookConcurrentClaimsAreDisjoint(t *testing.T) {
 	)
 	for range 6 {
 		wg.Go(func() {
-			for {
+			for range n { // bounded: a claim that does not hide its rows must not hang the test
 				ds, err := s.ClaimWebhooks(ctx, 4, time.Minute)
 				if err != nil {
 					t.Error(err)

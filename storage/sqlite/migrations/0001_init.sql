@@ -133,8 +133,8 @@ CREATE INDEX provider_calls_unit ON provider_calls (job_id, scene_index, operati
 -- in state 'deleting' blocks new claims on the key until the delete is done.
 CREATE TABLE object_claims (
     object_key  TEXT NOT NULL,
-    attempt_id  TEXT NOT NULL,
-    job_id      TEXT NOT NULL REFERENCES jobs (id),
+    attempt_id  TEXT NOT NULL,                 -- or the sweeper's run id
+    job_id      TEXT REFERENCES jobs (id),     -- NULL for the sweeper's claims
     state       TEXT NOT NULL DEFAULT 'writing' CHECK (state IN ('writing','deleting')),
     claimed_at  INTEGER NOT NULL,
     PRIMARY KEY (object_key, attempt_id)

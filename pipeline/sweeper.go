@@ -1,0 +1,198 @@
+package pipeline
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// SweepLedger is what the sweeper needs from the job store.
+type SweepLedger interface {
+	// DropStaleClaims removes claims whose attempt is dead and that are
+	// older than cutoffMS, returning their keys.
+	DropStaleClaims(ctx context.Context, cutoffMS int64) ([]string, error)
+	// ClaimForSweep atomically checks that nothing refers to key and blocks
+	// new claims on it until FinishAbandon.
+	ClaimForSweep(ctx context.Context, sweeperID, key string) (bool, error)
+	KeyReferenced(ctx context.Context, key string) (bool, error)
+	FinishAbandon(ctx context.Context, attemptID, key string) error
+}
+
+// SweeperConfig configures a Sweeper.
+type SweeperConfig struct {
+	Ledger  SweepLedger
+	Objects ObjectStore
+	// Grace is how old an unreferenced object or upload must be before it is
+	// removed (default 1 h): a live attempt between its upload and its asset
+	// row is never older than its lease, far below this.
+	Grace time.Duration
+	// Interval between runs when started (default 10 min).
+	Interval time.Duration
+	// DryRun reports what would be removed and removes nothing.
+	DryRun bool
+	Clock  Clock
+	Logger *slog.Logger
+}
+
+// SweepReport says what a sweep did (or would do, in a dry run).
+type SweepReport struct {
+	Scanned         int      `json:"scanned"`
+	Orphans         []string `json:"orphans"`
+	Deleted         int      `json:"deleted"`
+	StaleClaims     int      `json:"stale_claims"`
+	AbortedUploads  int      `json:"aborted_uploads"`
+	DryRun          bool     `json:"dry_run"`
+	SkippedInFlight int      `json:"skipped_in_flight"`
+}
+
+// Sweeper removes objects that no asset row or live claim refers to, and
+// stale multipart uploads (DESIGN §7, invariant §9.2).
+type Sweeper struct {
+	cfg  SweeperConfig
+	id   string
+	mu   sync.Mutex
+	stop chan struct{}
+	done chan struct{}
+}
+
+// NewSweeper validates cfg.
+func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
+	if cfg.Ledger == nil || cfg.Objects == nil {
+		return nil, errors.New("sweeper: ledger and object store are required")
+	}
+	if cfg.Grace == 0 {
+		cfg.Grace = time.Hour
+	}
+	if cfg.Grace < 0 {
+		return nil, fmt.Errorf("%w: sweeper grace period must not be negative", ErrInvalidInput)
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = 10 * time.Minute
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = SystemClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &Sweeper{cfg: cfg, id: "sweeper-" + hex.EncodeToString(b[:])}, nil
+}
+
+// Sweep runs once.
+func (s *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
+	rep := SweepReport{DryRun: s.cfg.DryRun, Orphans: []string{}}
+	cutoff := s.cfg.Clock.Now().Add(-s.cfg.Grace)
+	if !s.cfg.DryRun {
+		keys, err := s.cfg.Ledger.DropStaleClaims(ctx, cutoff.UnixMilli())
+		if err != nil {
+			return rep, fmt.Errorf("sweep: drop stale claims: %w", err)
+		}
+		rep.StaleClaims = len(keys)
+	}
+	for _, prefix := range Prefixes {
+		var candidates []ObjectInfo
+		err := s.cfg.Objects.List(ctx, prefix, func(o ObjectInfo) bool {
+			rep.Scanned++
+			if o.LastModified.Before(cutoff) {
+				candidates = append(candidates, o)
+			}
+			return true
+		})
+		if err != nil {
+			return rep, fmt.Errorf("sweep: list %s: %w", prefix, err)
+		}
+		for _, o := range candidates {
+			if s.cfg.DryRun {
+				ref, err := s.cfg.Ledger.KeyReferenced(ctx, o.Key)
+				if err != nil {
+					return rep, err
+				}
+				if !ref {
+					rep.Orphans = append(rep.Orphans, o.Key)
+				}
+				continue
+			}
+			ok, err := s.cfg.Ledger.ClaimForSweep(ctx, s.id, o.Key)
+			if err != nil {
+				return rep, fmt.Errorf("sweep: claim %s: %w", o.Key, err)
+			}
+			if !ok {
+				continue
+			}
+			rep.Orphans = append(rep.Orphans, o.Key)
+			if err := s.cfg.Objects.Delete(ctx, o.Key); err != nil {
+				return rep, fmt.Errorf("sweep: delete %s: %w", o.Key, err)
+			}
+			rep.Deleted++
+			if err := s.cfg.Ledger.FinishAbandon(ctx, s.id, o.Key); err != nil {
+				return rep, fmt.Errorf("sweep: release %s: %w", o.Key, err)
+			}
+		}
+	}
+	if !s.cfg.DryRun {
+		n, err := s.cfg.Objects.AbortStaleUploads(ctx, cutoff)
+		if err != nil {
+			return rep, fmt.Errorf("sweep: abort stale uploads: %w", err)
+		}
+		rep.AbortedUploads = n
+	}
+	s.cfg.Logger.Info("sweep finished", "scanned", rep.Scanned, "deleted", rep.Deleted, "orphans", len(rep.Orphans),
+		"stale_claims", rep.StaleClaims, "aborted_uploads", rep.AbortedUploads, "dry_run", rep.DryRun)
+	return rep, nil
+}
+
+// Start sweeps every Interval until Stop.
+func (s *Sweeper) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stop != nil {
+		return errors.New("sweeper: already started")
+	}
+	s.stop, s.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(s.cfg.Interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.stop:
+				return
+			case <-t.C:
+				if _, err := s.Sweep(ctx); err != nil {
+					s.cfg.Logger.Warn("sweep failed", "err", err)
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// Stop ends the periodic sweep, waiting for a running one until ctx ends.
+func (s *Sweeper) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	stop, done := s.stop, s.done
+	s.mu.Unlock()
+	if stop == nil {
+		return nil
+	}
+	select {
+	case <-stop:
+	default:
+		close(stop)
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
