@@ -1,0 +1,334 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"edgepipe/pipeline"
+	"edgepipe/routing"
+)
+
+// AdminJob is a job that needs an operator, with what they need to decide.
+type AdminJob struct {
+	JobResource
+	Tenant     string              `json:"tenant"`
+	ErrorClass pipeline.ErrorClass `json:"error_class"`
+	HasResult  bool                `json:"has_result"`
+}
+
+// AdminJobList is a page of jobs needing action.
+type AdminJobList struct {
+	Jobs       []AdminJob `json:"jobs"`
+	NextCursor *string    `json:"next_cursor"`
+}
+
+// DeadLetter is the operator's view of a dead letter. Bound says whether
+// the job's version is served now, i.e. whether a redrive can succeed.
+type DeadLetter struct {
+	ID              int64      `json:"id"`
+	JobID           string     `json:"job_id"`
+	Queue           string     `json:"queue"`
+	Reason          string     `json:"reason"`
+	Detail          string     `json:"detail"`
+	DeadLetteredAt  time.Time  `json:"dead_lettered_at"`
+	RedrivenAt      *time.Time `json:"redriven_at"`
+	RedrivenToQueue string     `json:"redriven_to_queue,omitempty"`
+	Bound           bool       `json:"bound"`
+}
+
+// DeadLetterList is a page of dead letters.
+type DeadLetterList struct {
+	DeadLetters []DeadLetter `json:"dead_letters"`
+	NextAfter   *int64       `json:"next_after"`
+}
+
+func (s *Server) adminJob(c echo.Context, j pipeline.Job) AdminJob {
+	return AdminJob{JobResource: s.resource(c, j, true), Tenant: j.Tenant, ErrorClass: j.LastErrorClass, HasResult: j.ResultKey != ""}
+}
+
+func (s *Server) deadLetter(d pipeline.DeadLetter) DeadLetter {
+	return DeadLetter{ID: d.ID, JobID: d.JobID, Queue: d.Queue, Reason: d.Reason, Detail: d.Detail,
+		DeadLetteredAt: d.DeadLetteredAt, RedrivenAt: timePtr(d.RedrivenAt), RedrivenToQueue: d.RedrivenToQueue,
+		Bound: !s.cfg.Router.Route(d.JobID).DeadLetter}
+}
+
+// adminJobs is GET /v1/admin/jobs: jobs of every tenant that need a human
+// (needs_review, and dead letters that asked for one), newest first.
+func (s *Server) adminJobs(c echo.Context) error {
+	f, err := listFilter(c)
+	if err != nil {
+		return err
+	}
+	f.AllTenants, f.RequiresAction = true, true
+	jobs, next, err := s.cfg.Store.ListJobs(c.Request().Context(), f)
+	if err != nil {
+		return err
+	}
+	out := AdminJobList{Jobs: make([]AdminJob, 0, len(jobs))}
+	for _, j := range jobs {
+		out.Jobs = append(out.Jobs, s.adminJob(c, j))
+	}
+	if next.ID != "" {
+		cur := encodeCursor(next)
+		out.NextCursor = &cur
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// adminPost checks an operator POST's content type: a form from the
+// operations page (its CSRF token was checked by requireAdmin) or JSON.
+// Anything else is refused, because text/plain and multipart bodies are what
+// a cross-site page can make a browser send, Basic credentials included,
+// without a CORS preflight.
+func adminPost(c echo.Context) (form bool, err error) {
+	if isForm(c.Request()) {
+		return true, nil
+	}
+	return false, requireJSON(c.Request())
+}
+
+// adminDecide is POST /v1/admin/jobs/{id}/decision with {"decision":
+// "retry"|"fail"} for a job in needs_review (409 otherwise).
+func (s *Server) adminDecide(c echo.Context) error {
+	form, err := adminPost(c)
+	if err != nil {
+		return err
+	}
+	var body struct {
+		Decision string `json:"decision"`
+	}
+	if form {
+		body.Decision = c.FormValue("decision")
+	} else if err := decodeStrict(c.Request().Body, &body); err != nil {
+		return err
+	}
+	d := pipeline.ReviewDecision(body.Decision)
+	if d != pipeline.DecisionRetry && d != pipeline.DecisionFail {
+		return fieldError("decision", "must be retry or fail")
+	}
+	id := c.Param("id")
+	if id == "" || len(id) > routing.MaxIDLen {
+		return pipeline.ErrNotFound
+	}
+	j, err := s.cfg.Store.Decide(c.Request().Context(), id, d, operatorOf(c))
+	if err != nil {
+		return err
+	}
+	s.log.Info("operator decision", "job", j.ID, "decision", d, "operator", operatorOf(c))
+	if form {
+		return backToPage(c, fmt.Sprintf("Job %s: %s recorded.", j.ID, d))
+	}
+	return c.JSON(http.StatusOK, s.adminJob(c, j))
+}
+
+// adminDeadLetters is GET /v1/admin/dead-letters?include_redriven=&after=&limit=.
+func (s *Server) adminDeadLetters(c echo.Context) error {
+	q := c.QueryParams()
+	var fields []pipeline.FieldError
+	incl := false
+	if v := q.Get("include_redriven"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			fields = append(fields, pipeline.FieldError{Field: "include_redriven", Message: "must be true or false"})
+		}
+		incl = b
+	}
+	after := int64(0)
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			fields = append(fields, pipeline.FieldError{Field: "after", Message: "must be a dead letter id"})
+		}
+		after = n
+	}
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxPageSize {
+			fields = append(fields, pipeline.FieldError{Field: "limit", Message: "must be a whole number from 1 to 500"})
+		}
+		limit = n
+	}
+	if len(fields) > 0 {
+		return &pipeline.ValidationError{Fields: fields}
+	}
+	dls, err := s.cfg.Store.ListDeadLetters(c.Request().Context(), incl, after, limit)
+	if err != nil {
+		return err
+	}
+	out := DeadLetterList{DeadLetters: make([]DeadLetter, 0, len(dls))}
+	for _, d := range dls {
+		out.DeadLetters = append(out.DeadLetters, s.deadLetter(d))
+	}
+	if len(dls) == limit {
+		last := dls[len(dls)-1].ID
+		out.NextAfter = &last
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// adminRedrive is POST /v1/admin/dead-letters/{id}/redrive. The job's id is
+// routed again, so it can only ever go back to its own version's queue; a
+// version this deployment still does not serve is refused (409
+// version_unbound) and nothing changes.
+func (s *Server) adminRedrive(c echo.Context) error {
+	// The body, if any, is ignored: the dead letter says everything.
+	form, err := adminPost(c)
+	if err != nil {
+		return err
+	}
+	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
+	if err != nil || id < 1 {
+		return pipeline.ErrNotFound
+	}
+	ctx := c.Request().Context()
+	d, err := s.cfg.Store.GetDeadLetter(ctx, id)
+	if err != nil {
+		return err
+	}
+	route := s.cfg.Router.Route(d.JobID)
+	if route.DeadLetter {
+		return problem(http.StatusConflict, "version_unbound",
+			"the job's workflow version is not bound in this deployment (EDGEPIPE_BINDINGS); bind it, then redrive")
+	}
+	j, err := s.cfg.Store.Redrive(ctx, id, route.Queue, operatorOf(c))
+	if err != nil {
+		return err
+	}
+	s.log.Info("operator redrive", "dead_letter", id, "job", j.ID, "queue", route.Queue, "operator", operatorOf(c))
+	if form {
+		return backToPage(c, fmt.Sprintf("Dead letter %d: job %s redriven to %s.", id, j.ID, route.Queue))
+	}
+	return c.JSON(http.StatusOK, s.adminJob(c, j))
+}
+
+// decodeStrict decodes one JSON object, refusing unknown fields and
+// trailing data.
+func decodeStrict(r io.Reader, v any) error {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fieldError("body", jsonProblem(err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fieldError("body", "unexpected data after the JSON object")
+	}
+	return nil
+}
+
+// backToPage answers a form post with a redirect to the operations page,
+// which shows msg.
+func backToPage(c echo.Context, msg string) error {
+	return c.Redirect(http.StatusSeeOther, "/admin?done="+url.QueryEscape(msg))
+}
+
+// adminPageData feeds templates/admin.html.
+type adminPageData struct {
+	Now         time.Time
+	Done        string
+	CSRF        string
+	Counts      []statusCount
+	NeedYou     int
+	Jobs        []AdminJob
+	MoreJobs    bool
+	DeadLetters []DeadLetter
+	MoreDL      bool
+	Bindings    string
+}
+
+type statusCount struct {
+	Status pipeline.Status
+	N      int
+	Alert  bool
+}
+
+// adminPage is GET /admin: one server-rendered page showing what needs a
+// human — jobs in needs_review with retry/fail buttons, open dead letters
+// with redrive buttons — under the counts by status.
+func (s *Server) adminPage(c echo.Context) error {
+	ctx := c.Request().Context()
+	counts, err := s.cfg.Store.CountByStatus(ctx)
+	if err != nil {
+		return err
+	}
+	const pageRows = 200
+	jobs, next, err := s.cfg.Store.ListJobs(ctx, pipeline.ListFilter{AllTenants: true, RequiresAction: true, Limit: pageRows})
+	if err != nil {
+		return err
+	}
+	dls, err := s.cfg.Store.ListDeadLetters(ctx, false, 0, pageRows)
+	if err != nil {
+		return err
+	}
+	data := adminPageData{Now: s.cfg.Clock.Now(), Done: c.QueryParam("done"), CSRF: s.csrf,
+		MoreJobs: next.ID != "", MoreDL: len(dls) == pageRows, Bindings: s.cfg.Router.Config().Bindings.String()}
+	for _, st := range pipeline.AllStatuses {
+		alert := (st == pipeline.StatusNeedsReview || st == pipeline.StatusDeadLettered) && counts[st] > 0
+		data.Counts = append(data.Counts, statusCount{Status: st, N: counts[st], Alert: alert})
+	}
+	for _, j := range jobs {
+		// Dead-lettered jobs are acted on through their dead letter below.
+		if j.Status == pipeline.StatusDeadLettered {
+			continue
+		}
+		data.Jobs = append(data.Jobs, s.adminJob(c, j))
+	}
+	for _, d := range dls {
+		data.DeadLetters = append(data.DeadLetters, s.deadLetter(d))
+	}
+	data.NeedYou = len(data.Jobs) + len(data.DeadLetters)
+	var buf bytes.Buffer
+	if err := s.admin.Execute(&buf, data); err != nil {
+		return err
+	}
+	h := c.Response().Header()
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	return c.HTMLBlob(http.StatusOK, buf.Bytes())
+}
+
+var templateFuncs = template.FuncMap{
+	"ago": func(now, t time.Time) string {
+		if t.IsZero() {
+			return "—"
+		}
+		d := now.Sub(t).Round(time.Second)
+		if d < 0 {
+			return "in " + (-d).String()
+		}
+		return d.String() + " ago"
+	},
+	"ts": func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format(time.RFC3339)
+	},
+	"tsp": func(t *time.Time) string {
+		if t == nil {
+			return ""
+		}
+		return t.UTC().Format(time.RFC3339)
+	},
+	"deref": func(t *time.Time) time.Time {
+		if t == nil {
+			return time.Time{}
+		}
+		return *t
+	},
+}

@@ -1,0 +1,203 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"edgepipe/pipeline"
+)
+
+// Store is what the API needs from the job store (storage/sqlite
+// implements it).
+type Store interface {
+	CreateJob(ctx context.Context, nj pipeline.NewJob) (pipeline.Job, bool, error)
+	GetTenantJob(ctx context.Context, tenant, id string) (pipeline.Job, error)
+	ListJobs(ctx context.Context, f pipeline.ListFilter) ([]pipeline.Job, pipeline.Cursor, error)
+	Events(ctx context.Context, jobID string, afterID int64, limit int) ([]pipeline.Event, error)
+	RequestCancel(ctx context.Context, tenant, id string) (pipeline.Job, error)
+	GetAsset(ctx context.Context, key string) (pipeline.Asset, error)
+
+	Decide(ctx context.Context, id string, d pipeline.ReviewDecision, operator string) (pipeline.Job, error)
+	ListDeadLetters(ctx context.Context, includeRedriven bool, afterID int64, limit int) ([]pipeline.DeadLetter, error)
+	GetDeadLetter(ctx context.Context, id int64) (pipeline.DeadLetter, error)
+	Redrive(ctx context.Context, deadLetterID int64, queue, operator string) (pipeline.Job, error)
+
+	CountByStatus(ctx context.Context) (map[pipeline.Status]int, error)
+	CountDeadLetters(ctx context.Context) (map[string]int, error)
+	CountBilledCalls(ctx context.Context) (map[string]int, error)
+	Ping(ctx context.Context) error
+}
+
+// Presigner is implemented by object stores that can hand out a temporary
+// download URL (storage/s3). The result endpoint redirects to it instead of
+// streaming the object through the API.
+type Presigner interface {
+	PresignGet(ctx context.Context, key string, ttl time.Duration) (string, error)
+}
+
+//go:embed openapi.yaml
+var openAPIDoc []byte
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+// Server is the HTTP API.
+type Server struct {
+	cfg       Config
+	log       *slog.Logger
+	e         *echo.Echo
+	tokens    tokenIndex
+	adminHash []byte // sha256 of the admin token; nil when disabled
+	csrf      string
+	admin     *template.Template
+
+	closeOnce sync.Once
+	closing   chan struct{} // closed by CloseStreams
+}
+
+// New validates cfg and builds the server and its routes.
+func New(cfg Config) (*Server, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, tokens: newTokenIndex(cfg.Tokens), closing: make(chan struct{})}
+	if cfg.AdminToken != "" {
+		h := sha256.Sum256([]byte(cfg.AdminToken))
+		s.adminHash = h[:]
+		s.csrf = csrfToken(cfg.AdminToken)
+	}
+	t, err := template.New("admin.html").Funcs(templateFuncs).ParseFS(templateFS, "templates/admin.html")
+	if err != nil {
+		return nil, err
+	}
+	s.admin = t
+	s.e = s.routes()
+	return s, nil
+}
+
+// Handler is the API as an http.Handler (the *echo.Echo).
+func (s *Server) Handler() http.Handler { return s.e }
+
+// CloseStreams ends every open event stream (clients reconnect with
+// Last-Event-ID, elsewhere or later). http.Server.Shutdown does not cancel
+// the contexts of running requests, so without this a graceful shutdown
+// would wait for every stream to end on its own: register it with
+// http.Server.RegisterOnShutdown. Safe to call more than once.
+func (s *Server) CloseStreams() { s.closeOnce.Do(func() { close(s.closing) }) }
+
+// Echo exposes the router, e.g. to list its routes.
+func (s *Server) Echo() *echo.Echo { return s.e }
+
+func (s *Server) routes() *echo.Echo {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.handleError
+	e.Use(s.requestID)
+	e.Use(s.observe)
+	e.Use(s.recover)
+	e.Use(s.limitBody)
+
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", s.metrics)
+	e.GET("/openapi.yaml", s.openapi)
+
+	v1 := e.Group("/v1/jobs", s.requireTenant)
+	v1.POST("", s.submit)
+	v1.GET("", s.listJobs)
+	v1.GET("/:id", s.getJob)
+	v1.GET("/:id/events", s.events)
+	v1.POST("/:id/cancellation", s.cancel)
+	v1.GET("/:id/result", s.result)
+
+	adm := e.Group("/v1/admin", s.requireAdmin)
+	adm.GET("/jobs", s.adminJobs)
+	adm.POST("/jobs/:id/decision", s.adminDecide)
+	adm.GET("/dead-letters", s.adminDeadLetters)
+	adm.POST("/dead-letters/:id/redrive", s.adminRedrive)
+	e.GET("/admin", s.adminPage, s.requireAdmin)
+	return e
+}
+
+// recover turns a panic into an error that handleError answers as a
+// generic 500, so no panic reaches a user (the stack goes to the log).
+// http.ErrAbortHandler is re-raised: it is net/http's way to abort a
+// response on purpose.
+func (s *Server) recover(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) (err error) {
+		defer func() {
+			r := recover()
+			if r == nil {
+				return
+			}
+			if r == http.ErrAbortHandler {
+				panic(r)
+			}
+			s.log.Error("panic in handler", "path", c.Path(), "panic", r, "stack", string(debug.Stack()))
+			err = fmt.Errorf("panic: %v", r)
+		}()
+		return next(c)
+	}
+}
+
+// requestID gives every response an X-Request-Id (the caller's, if it sent
+// a sane one) that 5xx bodies and logs repeat, so support can find a
+// failure without the API showing its cause.
+func (s *Server) requestID(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id := c.Request().Header.Get(echo.HeaderXRequestID)
+		if id == "" || len(id) > 64 || !printable(id) {
+			var b [12]byte
+			_, _ = rand.Read(b[:])
+			id = hex.EncodeToString(b[:])
+		}
+		c.Response().Header().Set(echo.HeaderXRequestID, id)
+		return next(c)
+	}
+}
+
+// observe counts requests by route (the pattern, never the raw path, so the
+// label set stays small) and logs them at debug level.
+func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		code := c.Response().Status
+		if err != nil {
+			code = problemFor(err).Status
+		}
+		route := c.Path()
+		if route == "" {
+			route = "unmatched"
+		}
+		s.cfg.Metrics.request(c.Request().Method, route, code)
+		s.log.Debug("request", "method", c.Request().Method, "route", route, "status", code, "took", time.Since(start))
+		return err
+	}
+}
+
+// limitBody refuses bodies over MaxBodyBytes: at once when Content-Length
+// says so, and otherwise as soon as reading passes the limit.
+func (s *Server) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if r.ContentLength > s.cfg.MaxBodyBytes {
+			return problemFor(&http.MaxBytesError{Limit: s.cfg.MaxBodyBytes})
+		}
+		r.Body = http.MaxBytesReader(c.Response(), r.Body, s.cfg.MaxBodyBytes)
+		return next(c)
+	}
+}

@@ -1,0 +1,256 @@
+package api
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"edgepipe/pipeline"
+	"edgepipe/routing"
+	"edgepipe/webhook"
+)
+
+// Submission headers.
+const (
+	HeaderIdempotencyKey     = "Idempotency-Key"
+	HeaderIdempotentReplayed = "Idempotent-Replayed"
+	// MaxIdempotencyKeyLen is the longest accepted Idempotency-Key.
+	MaxIdempotencyKeyLen = 255
+)
+
+// submitRequest is the body of POST /v1/jobs: the storyboard's fields plus
+// the envelope. Unknown fields are refused (at every level), so a typo
+// cannot silently fall back to a default.
+type submitRequest struct {
+	Operation  string           `json:"operation"`
+	Title      string           `json:"title"`
+	Scenes     []pipeline.Scene `json:"scenes"`
+	Options    pipeline.Options `json:"options"`
+	InstanceID *string          `json:"instance_id"`
+	WebhookURL *string          `json:"webhook_url"`
+}
+
+// submit is POST /v1/jobs. The checks run cheapest and least revealing
+// first: token (middleware), content type, key, body size, body. Nothing is
+// written before all of them passed.
+func (s *Server) submit(c echo.Context) error {
+	r := c.Request()
+	if err := requireJSON(r); err != nil {
+		return err
+	}
+	key, err := idempotencyKey(r)
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return err // *http.MaxBytesError → 413
+	}
+	req, sb, err := decodeSubmission(body)
+	if err != nil {
+		return err
+	}
+	tenant := tenantOf(c)
+	nj, err := s.newJob(c, tenant, key, req, sb)
+	if err != nil {
+		return err
+	}
+	job, created, err := s.cfg.Store.CreateJob(r.Context(), nj)
+	if errors.Is(err, pipeline.ErrAlreadyExists) && req.InstanceID != nil {
+		return problem(http.StatusConflict, "instance_id_taken", "another job already uses this instance_id; choose another or leave it out")
+	}
+	if err != nil {
+		return err
+	}
+	h := c.Response().Header()
+	h.Set(echo.HeaderLocation, jobPath(job.ID))
+	if created {
+		s.cfg.Metrics.submission("created")
+	} else {
+		s.cfg.Metrics.submission("replayed")
+		h.Set(HeaderIdempotentReplayed, "true")
+	}
+	return c.JSON(http.StatusAccepted, s.resource(c, job, false))
+}
+
+// requireJSON refuses any body that does not say it is UTF-8 JSON.
+func requireJSON(r *http.Request) error {
+	ct := r.Header.Get(echo.HeaderContentType)
+	mt, params, err := mime.ParseMediaType(ct)
+	if ct == "" || err != nil || mt != echo.MIMEApplicationJSON {
+		return problem(http.StatusUnsupportedMediaType, "unsupported_media_type", "send the body as Content-Type: application/json")
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return problem(http.StatusUnsupportedMediaType, "unsupported_media_type", "the body must be UTF-8 JSON")
+	}
+	return nil
+}
+
+// idempotencyKey returns the request's Idempotency-Key: exactly one header,
+// 1–255 printable ASCII characters.
+func idempotencyKey(r *http.Request) (string, error) {
+	vs := r.Header.Values(HeaderIdempotencyKey)
+	switch {
+	case len(vs) == 0 || (len(vs) == 1 && vs[0] == ""):
+		return "", problem(http.StatusBadRequest, "idempotency_key_missing",
+			"send an Idempotency-Key header (1 to 255 printable ASCII characters) so a retried submission cannot create a second job")
+	case len(vs) > 1:
+		return "", problem(http.StatusBadRequest, "idempotency_key_invalid", "send exactly one Idempotency-Key header")
+	}
+	k := vs[0]
+	if len(k) > MaxIdempotencyKeyLen || !printable(k) {
+		return "", problem(http.StatusBadRequest, "idempotency_key_invalid",
+			"the Idempotency-Key must be 1 to 255 printable ASCII characters")
+	}
+	return k, nil
+}
+
+// decodeSubmission parses the body strictly and validates every field,
+// returning all problems at once.
+func decodeSubmission(body []byte) (submitRequest, pipeline.Storyboard, error) {
+	var req submitRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, pipeline.Storyboard{}, fieldError("body", jsonProblem(err))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return req, pipeline.Storyboard{}, fieldError("body", "unexpected data after the JSON object")
+	}
+	var fields []pipeline.FieldError
+	switch req.Operation {
+	case pipeline.OperationRenderVideo:
+	case "":
+		fields = append(fields, pipeline.FieldError{Field: "operation", Message: "is required; the only operation is render_video"})
+	default:
+		fields = append(fields, pipeline.FieldError{Field: "operation", Message: "is unknown; the only operation is render_video"})
+	}
+	sb, err := pipeline.Storyboard{Title: req.Title, Scenes: req.Scenes, Options: req.Options}.Normalize()
+	var ve *pipeline.ValidationError
+	if errors.As(err, &ve) {
+		fields = append(fields, ve.Fields...)
+	} else if err != nil {
+		return req, sb, err
+	}
+	if req.InstanceID != nil {
+		// A malformed version prefix is not refused here: like an unbound
+		// version it is accepted and dead-lettered as unbound_version
+		// (routing never reads it as an un-prefixed id).
+		if _, err := routing.ParseInstanceID(*req.InstanceID); err != nil && !errors.Is(err, routing.ErrMalformedPrefix) {
+			fields = append(fields, pipeline.FieldError{Field: "instance_id",
+				Message: fmt.Sprintf("must match %s and be at most %d bytes", routing.IDPattern, routing.MaxIDLen)})
+		}
+	}
+	if req.WebhookURL != nil {
+		if _, err := webhook.ParseURL(*req.WebhookURL); err != nil {
+			fields = append(fields, pipeline.FieldError{Field: "webhook_url", Message: urlReason(err)})
+		}
+	}
+	if len(fields) > 0 {
+		return req, sb, &pipeline.ValidationError{Fields: fields}
+	}
+	return req, sb, nil
+}
+
+func fieldError(field, msg string) error {
+	return &pipeline.ValidationError{Fields: []pipeline.FieldError{{Field: field, Message: msg}}}
+}
+
+func urlReason(err error) string {
+	var ue *webhook.URLError
+	if errors.As(err, &ue) {
+		return ue.Reason
+	}
+	return "is not acceptable"
+}
+
+// jsonProblem describes a decoding error without Go type names.
+func jsonProblem(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("malformed JSON at byte %d", se.Offset)
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			return "must be a JSON object"
+		}
+		return fmt.Sprintf("%s has the wrong type (expected %s)", field, te.Type.Kind())
+	case errors.Is(err, io.EOF):
+		return "empty body"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "truncated JSON"
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return "unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")
+	}
+	return "malformed JSON"
+}
+
+// newJob decides the job's id, version and queue. The fingerprint covers
+// the operation, the canonical storyboard and the caller's instance_id (it
+// pins both the id and the version), so the same key with the same body but
+// another instance_id is a different request: 422.
+func (s *Server) newJob(c echo.Context, tenant, key string, req submitRequest, sb pipeline.Storyboard) (pipeline.NewJob, error) {
+	pinned := ""
+	if req.InstanceID != nil {
+		pinned = *req.InstanceID
+	}
+	nj := pipeline.NewJob{
+		Tenant:             tenant,
+		Operation:          req.Operation,
+		IdempotencyKey:     key,
+		RequestFingerprint: pipeline.Fingerprint(req.Operation, sb, pinned),
+		Input:              sb.Canonical(),
+	}
+	if req.WebhookURL != nil {
+		// Resolved now as well as at every delivery: refusing early tells
+		// the caller, the dial guard stops a name re-pointed later.
+		if _, err := webhook.CheckURL(c.Request().Context(), s.cfg.Resolver, *req.WebhookURL, s.cfg.AllowPrivateWebhooks); err != nil {
+			return nj, fieldError("webhook_url", urlReason(err))
+		}
+		nj.WebhookURL = *req.WebhookURL
+	}
+	if pinned != "" {
+		nj.ID = pinned
+	} else {
+		id, err := s.cfg.Router.NewID(tenant, key, randomSuffix())
+		if err != nil {
+			return nj, err
+		}
+		nj.ID = id
+	}
+	d := s.cfg.Router.Route(nj.ID)
+	nj.Version = d.Version
+	if d.DeadLetter {
+		// Accepted but never run here: the job is visible to its owner as
+		// dead_lettered (unbound_version) until an operator binds the
+		// version and redrives it. Never a fallback to another version.
+		nj.DeadLetterReason, nj.DeadLetterDetail = d.Reason, d.Detail
+		if d.Version != "" {
+			nj.DeadLetterQueue = routing.QueueName(d.Version)
+		}
+	} else {
+		nj.Queue = d.Queue
+	}
+	return nj, nil
+}
+
+var suffixEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// randomSuffix is 20 base32 characters (100 bits) from crypto/rand: the id
+// body of a new job.
+func randomSuffix() string {
+	var b [13]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
+	return suffixEncoding.EncodeToString(b[:])[:20]
+}

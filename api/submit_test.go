@@ -1,0 +1,312 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"edgepipe/pipeline"
+	"edgepipe/routing"
+)
+
+func TestSubmitStatusCodes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	long := strings.Repeat("k", MaxIdempotencyKeyLen)
+	cases := []struct {
+		name   string
+		hdr    map[string]string
+		body   string
+		status int
+		code   string
+		field  string
+	}{
+		{"accepted", submitHeaders(tokAcme, "k-ok"), validBody, 202, "", ""},
+		{"charset utf-8 accepted", map[string]string{"Authorization": "Bearer " + tokAcme, "Content-Type": "application/json; charset=UTF-8", "Idempotency-Key": "k-cs"}, validBody, 202, "", ""},
+		{"bearer scheme is case-insensitive", map[string]string{"Authorization": "bearer " + tokAcme, "Content-Type": "application/json", "Idempotency-Key": "k-lc"}, validBody, 202, "", ""},
+		{"255-byte key", submitHeaders(tokAcme, long), validBody, 202, "", ""},
+		{"no token", map[string]string{"Content-Type": "application/json", "Idempotency-Key": "k"}, validBody, 401, "unauthorized", ""},
+		{"unknown token", submitHeaders("tok-nobody-0123456789abcdef", "k"), validBody, 401, "unauthorized", ""},
+		{"admin token is not a tenant", submitHeaders(tokAdmin, "k"), validBody, 401, "unauthorized", ""},
+		{"basic auth", map[string]string{"Authorization": "Basic YTpi", "Content-Type": "application/json", "Idempotency-Key": "k"}, validBody, 401, "unauthorized", ""},
+		{"bearer without token", map[string]string{"Authorization": "Bearer ", "Content-Type": "application/json", "Idempotency-Key": "k"}, validBody, 401, "unauthorized", ""},
+		{"no content type", map[string]string{"Authorization": "Bearer " + tokAcme, "Idempotency-Key": "k"}, validBody, 415, "unsupported_media_type", ""},
+		{"text/plain", map[string]string{"Authorization": "Bearer " + tokAcme, "Content-Type": "text/plain", "Idempotency-Key": "k"}, validBody, 415, "unsupported_media_type", ""},
+		{"form", map[string]string{"Authorization": "Bearer " + tokAcme, "Content-Type": "application/x-www-form-urlencoded", "Idempotency-Key": "k"}, validBody, 415, "unsupported_media_type", ""},
+		{"latin1 json", map[string]string{"Authorization": "Bearer " + tokAcme, "Content-Type": "application/json; charset=latin1", "Idempotency-Key": "k"}, validBody, 415, "unsupported_media_type", ""},
+		{"missing key", map[string]string{"Authorization": "Bearer " + tokAcme, "Content-Type": "application/json"}, validBody, 400, "idempotency_key_missing", ""},
+		{"256-byte key", submitHeaders(tokAcme, long+"k"), validBody, 400, "idempotency_key_invalid", ""},
+		{"non-ASCII key", submitHeaders(tokAcme, "schlüssel"), validBody, 400, "idempotency_key_invalid", ""},
+		{"control character in key", submitHeaders(tokAcme, "a\x01b"), validBody, 400, "idempotency_key_invalid", ""},
+		{"malformed JSON", submitHeaders(tokAcme, "k1"), `{"operation":`, 400, "validation_failed", "body"},
+		{"empty body", submitHeaders(tokAcme, "k2"), ``, 400, "validation_failed", "body"},
+		{"array body", submitHeaders(tokAcme, "k2b"), `[]`, 400, "validation_failed", "body"},
+		{"trailing data", submitHeaders(tokAcme, "k3"), validBody + `{}`, 400, "validation_failed", "body"},
+		{"unknown field", submitHeaders(tokAcme, "k4"), withField("priority", 1), 400, "validation_failed", "body"},
+		{"unknown operation", submitHeaders(tokAcme, "k5"), withField("operation", "render_audio"), 400, "validation_failed", "operation"},
+		{"no scenes", submitHeaders(tokAcme, "k6"), withField("scenes", []any{}), 400, "validation_failed", "scenes"},
+		{"scene too short", submitHeaders(tokAcme, "k7"), withField("scenes", []any{map[string]any{"image_prompt": "x", "narration": "y", "duration_ms": 10}}), 400, "validation_failed", "scenes[0].duration_ms"},
+		{"wrong type", submitHeaders(tokAcme, "k8"), withField("scenes", "many"), 400, "validation_failed", "body"},
+		{"bad instance id", submitHeaders(tokAcme, "k9"), withField("instance_id", "has space"), 400, "validation_failed", "instance_id"},
+		{"instance id too long", submitHeaders(tokAcme, "k10"), withField("instance_id", strings.Repeat("a", 65)), 400, "validation_failed", "instance_id"},
+		{"empty instance id", submitHeaders(tokAcme, "k11"), withField("instance_id", ""), 400, "validation_failed", "instance_id"},
+		{"webhook not http", submitHeaders(tokAcme, "k12"), withField("webhook_url", "ftp://hooks.example.com/x"), 400, "validation_failed", "webhook_url"},
+		{"webhook with credentials", submitHeaders(tokAcme, "k13"), withField("webhook_url", "https://u:p@hooks.example.com/x"), 400, "validation_failed", "webhook_url"},
+		{"webhook loopback literal", submitHeaders(tokAcme, "k14"), withField("webhook_url", "http://127.0.0.1:8080/x"), 400, "validation_failed", "webhook_url"},
+		{"webhook ipv6 loopback", submitHeaders(tokAcme, "k15"), withField("webhook_url", "http://[::1]/x"), 400, "validation_failed", "webhook_url"},
+		{"webhook mapped loopback", submitHeaders(tokAcme, "k15b"), withField("webhook_url", "http://[::ffff:127.0.0.1]/x"), 400, "validation_failed", "webhook_url"},
+		{"webhook private name", submitHeaders(tokAcme, "k16"), withField("webhook_url", "https://internal.example.com/x"), 400, "validation_failed", "webhook_url"},
+		{"webhook metadata name", submitHeaders(tokAcme, "k17"), withField("webhook_url", "https://metadata.example.com/x"), 400, "validation_failed", "webhook_url"},
+		{"webhook one private record", submitHeaders(tokAcme, "k18"), withField("webhook_url", "https://mixed.example.com/x"), 400, "validation_failed", "webhook_url"},
+		{"webhook localhost", submitHeaders(tokAcme, "k19"), withField("webhook_url", "http://localhost/x"), 400, "validation_failed", "webhook_url"},
+		{"webhook unresolvable", submitHeaders(tokAcme, "k20"), withField("webhook_url", "https://nowhere.example.com/x"), 400, "validation_failed", "webhook_url"},
+		{"webhook public", submitHeaders(tokAcme, "k21"), withField("webhook_url", "https://hooks.example.com/x"), 202, "", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := e.do(t, req{method: http.MethodPost, path: "/v1/jobs", body: tc.body, hdr: tc.hdr})
+			if w.Code != tc.status {
+				t.Fatalf("status %d, want %d: %s", w.Code, tc.status, w.Body)
+			}
+			if tc.status == 202 {
+				j := decode[JobResource](t, w)
+				if w.Header().Get("Location") != "/v1/jobs/"+j.ID || j.Status != pipeline.StatusPending {
+					t.Fatalf("Location %q, job %+v", w.Header().Get("Location"), j)
+				}
+				return
+			}
+			p := problemOf(t, w)
+			if p.Code != tc.code {
+				t.Fatalf("code %q, want %q (%+v)", p.Code, tc.code, p)
+			}
+			if tc.field != "" && !hasField(p, tc.field) {
+				t.Fatalf("errors %+v lack field %q", p.Errors, tc.field)
+			}
+			if tc.status == 401 && w.Header().Get("WWW-Authenticate") == "" {
+				t.Fatal("401 without WWW-Authenticate")
+			}
+		})
+	}
+}
+
+func hasField(p Problem, field string) bool {
+	for _, f := range p.Errors {
+		if f.Field == field {
+			return true
+		}
+	}
+	return false
+}
+
+func TestSubmitBodyTooLarge(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.MaxBodyBytes = 4096 })
+	big := withField("title", strings.Repeat("x", 5000))
+	// Declared length over the limit: refused before reading.
+	w := e.submit(t, tokAcme, "big-1", big)
+	if w.Code != http.StatusRequestEntityTooLarge || problemOf(t, w).Code != "payload_too_large" {
+		t.Fatalf("declared: %d %s", w.Code, w.Body)
+	}
+	// Chunked (no declared length): refused while reading.
+	hr := httptest.NewRequest(http.MethodPost, "/v1/jobs", strings.NewReader(big))
+	hr.ContentLength = -1
+	for k, v := range submitHeaders(tokAcme, "big-2") {
+		hr.Header.Set(k, v)
+	}
+	w = httptest.NewRecorder()
+	e.h.ServeHTTP(w, hr)
+	if w.Code != http.StatusRequestEntityTooLarge || problemOf(t, w).Code != "payload_too_large" {
+		t.Fatalf("chunked: %d %s", w.Code, w.Body)
+	}
+	// Nothing was created by either.
+	jobs, _, _ := e.store.ListJobs(context.Background(), pipeline.ListFilter{Tenant: "acme"})
+	if len(jobs) != 0 {
+		t.Fatalf("%d jobs created by refused requests", len(jobs))
+	}
+}
+
+func TestSubmitIdempotentReplay(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	first := e.submit(t, tokAcme, "key-1", validBody)
+	if first.Code != 202 || first.Header().Get(HeaderIdempotentReplayed) != "" {
+		t.Fatalf("first: %d replayed=%q", first.Code, first.Header().Get(HeaderIdempotentReplayed))
+	}
+	j1 := decode[JobResource](t, first)
+	if !strings.HasPrefix(j1.ID, "v1-") || len(j1.ID) != len("v1-")+20 || j1.Version != "v1" {
+		t.Fatalf("minted id %q version %q", j1.ID, j1.Version)
+	}
+
+	// The same request, and the same request spelled differently (white
+	// space the storyboard normalizes away; a webhook, which is not part of
+	// the fingerprint) are replays of the first.
+	for _, body := range []string{
+		validBody,
+		strings.Replace(validBody, `"A story"`, `"  A story  "`, 1),
+		withField("webhook_url", "https://hooks.example.com/late"),
+	} {
+		w := e.submit(t, tokAcme, "key-1", body)
+		if w.Code != first.Code || w.Header().Get(HeaderIdempotentReplayed) != "true" {
+			t.Fatalf("replay: %d replayed=%q %s", w.Code, w.Header().Get(HeaderIdempotentReplayed), w.Body)
+		}
+		if j := decode[JobResource](t, w); j.ID != j1.ID || w.Header().Get("Location") != first.Header().Get("Location") {
+			t.Fatalf("replay returned job %s at %s, want %s", j.ID, w.Header().Get("Location"), j1.ID)
+		}
+	}
+
+	// The key belongs to the tenant: another tenant's same key is a new job.
+	w := e.submit(t, tokGlobex, "key-1", validBody)
+	if w.Code != 202 || w.Header().Get(HeaderIdempotentReplayed) != "" || decode[JobResource](t, w).ID == j1.ID {
+		t.Fatalf("other tenant: %d %q %s", w.Code, w.Header().Get(HeaderIdempotentReplayed), w.Body)
+	}
+}
+
+func TestSubmitKeyReusedWithDifferentRequest(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.mustSubmit(t, tokAcme, "key-1")
+	for name, body := range map[string]string{
+		"other title":            withField("title", "Another story"),
+		"other options":          withField("options", map[string]any{"resolution": "1920x1080", "fps": 30}),
+		"same body, instance id": withField("instance_id", "v1-mine"),
+	} {
+		w := e.submit(t, tokAcme, "key-1", body)
+		if w.Code != http.StatusUnprocessableEntity {
+			t.Fatalf("%s: %d %s", name, w.Code, w.Body)
+		}
+		if p := problemOf(t, w); p.Code != "idempotency_key_reused" || strings.Contains(p.Detail, "v1-") {
+			t.Fatalf("%s: %+v", name, p)
+		}
+	}
+	// A pinned instance id is part of the fingerprint both ways.
+	e.submit(t, tokAcme, "key-2", withField("instance_id", "v1-pinned"))
+	if w := e.submit(t, tokAcme, "key-2", withField("instance_id", "v1-pinned-2")); w.Code != 422 {
+		t.Fatalf("other instance id: %d %s", w.Code, w.Body)
+	}
+	if w := e.submit(t, tokAcme, "key-2", validBody); w.Code != 422 {
+		t.Fatalf("instance id dropped: %d %s", w.Code, w.Body)
+	}
+}
+
+func TestSubmitCallerInstanceID(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) {
+		b, _ := routing.NewBindings("v1")
+		r, err := routing.NewRouter(routing.Config{Bindings: b})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Router = r
+	})
+	cases := []struct {
+		id      string
+		status  pipeline.Status
+		version string
+	}{
+		{"v1-mine_1", pipeline.StatusPending, "v1"},
+		{"plain-id", pipeline.StatusPending, "v1"},      // no prefix: the default version
+		{"v2-later", pipeline.StatusDeadLettered, "v2"}, // not bound here
+		{"v3-future", pipeline.StatusDeadLettered, "v3"},
+		{"V2-upper", pipeline.StatusDeadLettered, ""}, // malformed prefix: never read as v1
+		{"v02-zero", pipeline.StatusDeadLettered, ""},
+	}
+	for i, tc := range cases {
+		w := e.submit(t, tokAcme, "inst-"+tc.id, withField("instance_id", tc.id))
+		if w.Code != 202 {
+			t.Fatalf("%s: %d %s", tc.id, w.Code, w.Body)
+		}
+		j := decode[JobResource](t, w)
+		if j.ID != tc.id || j.Status != tc.status || j.Version != tc.version {
+			t.Fatalf("case %d %s: got id %s status %s version %q", i, tc.id, j.ID, j.Status, j.Version)
+		}
+		if tc.status == pipeline.StatusDeadLettered {
+			if j.Error == nil || j.Error.Code != pipeline.ReasonUnboundVersion || !j.RequiresAction {
+				t.Fatalf("%s: dead letter not visible in status: %+v", tc.id, j)
+			}
+			// The status is what GET shows too.
+			if g := decode[JobResource](t, e.get(t, tokAcme, "/v1/jobs/"+tc.id)); g.Status != pipeline.StatusDeadLettered || g.Error.Code != "unbound_version" {
+				t.Fatalf("%s: GET %+v", tc.id, g)
+			}
+		}
+	}
+	// An id is unique across tenants and keys.
+	for _, tok := range []string{tokAcme, tokGlobex} {
+		w := e.submit(t, tok, "another-key", withField("instance_id", "v1-mine_1"))
+		if w.Code != http.StatusConflict || problemOf(t, w).Code != "instance_id_taken" {
+			t.Fatalf("taken id: %d %s", w.Code, w.Body)
+		}
+	}
+	dls, _ := e.store.ListDeadLetters(context.Background(), false, 0, 0)
+	if len(dls) != 4 {
+		t.Fatalf("%d dead letters, want 4", len(dls))
+	}
+	for _, d := range dls {
+		if d.Reason != pipeline.ReasonUnboundVersion {
+			t.Fatalf("dead letter %+v", d)
+		}
+		if d.JobID == "v3-future" && d.Queue != "render-v3" {
+			t.Fatalf("dead letter queue %q, want render-v3", d.Queue)
+		}
+	}
+}
+
+// Twenty clients submitting one key at the same moment create one job: one
+// answer is the creation, the others replay it.
+func TestSubmitConcurrentSameKeyCreatesOneJob(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const n = 20
+	var (
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+		res   = make([]*httptest.ResponseRecorder, n)
+	)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			res[i] = e.submit(t, tokAcme, "race-key", validBody)
+		})
+	}
+	close(start)
+	wg.Wait()
+	ids := map[string]bool{}
+	created := 0
+	for i, w := range res {
+		if w.Code != 202 {
+			t.Fatalf("request %d: %d %s", i, w.Code, w.Body)
+		}
+		if w.Header().Get(HeaderIdempotentReplayed) == "" {
+			created++
+		}
+		ids[decode[JobResource](t, w).ID] = true
+	}
+	if created != 1 || len(ids) != 1 {
+		t.Fatalf("%d creations and %d distinct ids, want 1 and 1", created, len(ids))
+	}
+	jobs, _, err := e.store.ListJobs(context.Background(), pipeline.ListFilter{Tenant: "acme"})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("%d jobs in the store (%v), want 1", len(jobs), err)
+	}
+	total, _, _ := e.store.QueueDepth(context.Background(), "render-v1")
+	if total != 1 {
+		t.Fatalf("%d queue messages, want 1", total)
+	}
+}
+
+func TestSubmitPrivateWebhookAllowedByConfig(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.AllowPrivateWebhooks = true })
+	for i, u := range []string{"http://127.0.0.1:9000/hook", "https://internal.example.com/x", "http://localhost/x"} {
+		w := e.submit(t, tokAcme, "wh-"+string(rune('a'+i)), withField("webhook_url", u))
+		if w.Code != 202 {
+			t.Fatalf("%s: %d %s", u, w.Code, w.Body)
+		}
+	}
+	// Form is still checked.
+	if w := e.submit(t, tokAcme, "wh-z", withField("webhook_url", "file:///etc/passwd")); w.Code != 400 {
+		t.Fatalf("file URL: %d", w.Code)
+	}
+}

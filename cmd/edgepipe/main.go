@@ -1,0 +1,113 @@
+// Command edgepipe runs AI media-generation jobs: the API, the workers, the
+// sweeper and the fake providers, and the client commands to drive them.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+
+	"edgepipe/internal/app"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string) error
+}
+
+var commands = map[string]command{}
+
+func register(name, summary string, run func(context.Context, []string) error) {
+	commands[name] = command{summary: summary, run: run}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "edgepipe %s — storyboards in, playable MP4s out, retries that never pay twice.\n\n", version)
+	fmt.Fprintln(w, "Usage: edgepipe COMMAND [flags]   (edgepipe COMMAND --help for its flags)")
+	fmt.Fprintln(w, "\nCommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-14s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nConfiguration comes from EDGEPIPE_* environment variables (see README); unknown ones are refused.")
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(os.Stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "edgepipe: unknown command %q (edgepipe --help lists them)\n", args[0])
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := cmd.run(ctx, args[1:])
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errExit):
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "edgepipe %s: %s\n", args[0], oneLine(err))
+	return 1
+}
+
+// errExit signals a failure already reported to the user.
+var errExit = errors.New("exit 1")
+
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}
+
+// newFlags makes a FlagSet whose --help prints summary, usage and flags.
+func newFlags(name, usageLine, help string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "Usage: edgepipe %s %s\n\n%s\n", name, usageLine, strings.TrimSpace(help))
+		var any bool
+		fs.VisitAll(func(*flag.Flag) { any = true })
+		if any {
+			fmt.Fprintln(w, "\nFlags:")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+// loadConfig reads EDGEPIPE_* settings.
+func loadConfig() (app.Config, *slog.Logger, error) {
+	cfg, err := app.FromEnv(os.Getenv, os.Environ())
+	if err != nil {
+		return cfg, nil, err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	return cfg, log, nil
+}

@@ -1,0 +1,295 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"edgepipe/api"
+	"edgepipe/failpoint"
+	"edgepipe/pipeline"
+	"edgepipe/provider"
+	"edgepipe/provider/fake"
+	"edgepipe/render"
+	"edgepipe/routing"
+	"edgepipe/storage/fs"
+	"edgepipe/storage/s3"
+	"edgepipe/storage/sqlite"
+	"edgepipe/webhook"
+)
+
+// App is an opened deployment: stores, router and (when started) the
+// long-running parts.
+type App struct {
+	Cfg     Config
+	Log     *slog.Logger
+	Store   *sqlite.Store
+	Objects pipeline.ObjectStore
+	Router  *routing.Router
+	Metrics *api.Metrics
+
+	fake *fake.Server
+}
+
+// Open opens the database and object store and builds the router. It starts
+// nothing.
+func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
+	a := &App{Cfg: cfg, Log: log, Metrics: api.NewMetrics()}
+	var err error
+	if a.Router, err = routing.NewRouter(cfg.Routing); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("EDGEPIPE_DATA_DIR: %w", err)
+	}
+	if a.Store, err = sqlite.Open(ctx, sqlite.Config{Path: cfg.DBPath(), Logger: log}); err != nil {
+		return nil, err
+	}
+	if a.Objects, err = openObjects(ctx, cfg, log); err != nil {
+		a.Store.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// Close releases the stores and the in-process fake providers.
+func (a *App) Close() error {
+	var errs []error
+	if a.fake != nil {
+		errs = append(errs, a.fake.Close())
+	}
+	errs = append(errs, a.Store.Close())
+	return errors.Join(errs...)
+}
+
+func openObjects(ctx context.Context, cfg Config, log *slog.Logger) (pipeline.ObjectStore, error) {
+	if cfg.Store == "fs" {
+		return fs.New(ctx, fs.Config{Root: cfg.ObjectsDir, Logger: log})
+	}
+	g := cfg.getenv
+	sc := s3.Config{
+		Endpoint: g("EDGEPIPE_S3_ENDPOINT"), PresignEndpoint: g("EDGEPIPE_S3_PUBLIC_ENDPOINT"), Bucket: g("EDGEPIPE_S3_BUCKET"),
+		AccessKey: g("EDGEPIPE_S3_ACCESS_KEY"), SecretKey: g("EDGEPIPE_S3_SECRET_KEY"), Region: g("EDGEPIPE_S3_REGION"),
+		Prefix: g("EDGEPIPE_S3_PREFIX"), CreateBucket: true, Logger: log,
+	}
+	var err error
+	if v := g("EDGEPIPE_S3_CREATE_BUCKET"); v != "" {
+		if sc.CreateBucket, err = boolSetting(g, "EDGEPIPE_S3_CREATE_BUCKET"); err != nil {
+			return nil, err
+		}
+	}
+	if v := g("EDGEPIPE_S3_PATH_STYLE"); v != "" {
+		b, err := boolSetting(g, "EDGEPIPE_S3_PATH_STYLE")
+		if err != nil {
+			return nil, err
+		}
+		sc.PathStyle = &b
+	}
+	if sc.SignPayload, err = boolSetting(g, "EDGEPIPE_S3_SIGN_PAYLOAD"); err != nil {
+		return nil, err
+	}
+	if sc.PartSizeMiB, err = intSetting(g, "EDGEPIPE_S3_PART_SIZE_MIB", 0, 5, 512); err != nil {
+		return nil, err
+	}
+	if sc.Concurrency, err = intSetting(g, "EDGEPIPE_S3_CONCURRENCY", 0, 1, 32); err != nil {
+		return nil, err
+	}
+	return s3.New(ctx, sc)
+}
+
+// Parts are the long-running components a command starts.
+type Parts struct {
+	Worker     *pipeline.Worker
+	Sweeper    *pipeline.Sweeper
+	Dispatcher *webhook.Dispatcher
+	API        *api.Server
+	HTTP       *http.Server
+	Listener   net.Listener
+}
+
+// providers returns the configured provider adapter, starting the
+// in-process fake on loopback when EDGEPIPE_PROVIDER_URL is unset.
+func (a *App) providers(ctx context.Context) (*provider.HTTP, error) {
+	pc, err := provider.ConfigFromEnv(a.Cfg.getenv)
+	if a.Cfg.ProviderURL == "" {
+		fc, ferr := fake.ConfigFromEnv(a.Cfg.getenv)
+		if ferr != nil {
+			return nil, ferr
+		}
+		fc.Logger = a.Log
+		srv, ferr := fake.New(fc)
+		if ferr != nil {
+			return nil, ferr
+		}
+		base, ferr := srv.Start(ctx, "127.0.0.1:0")
+		if ferr != nil {
+			return nil, ferr
+		}
+		a.fake = srv
+		a.Log.Info("fake providers started in-process", "url", base)
+		pc, err = provider.Config{BaseURL: base, Logger: a.Log}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	pc.Logger = a.Log
+	return provider.New(pc)
+}
+
+// FakeProviders is the in-process fake, when one runs.
+func (a *App) FakeProviders() *fake.Server { return a.fake }
+
+// Queues are the queues of the versions this deployment binds.
+func (a *App) Queues() []string {
+	var qs []string
+	for _, v := range a.Cfg.Routing.Bindings.Versions() {
+		if _, ok := pipeline.Workflows[v]; ok {
+			qs = append(qs, routing.QueueName(v))
+		}
+	}
+	return qs
+}
+
+// Build creates the parts a command needs: withAPI adds the HTTP server,
+// workers > 0 adds the worker, and serve-style processes add the sweeper and
+// webhook dispatcher.
+func (a *App) Build(ctx context.Context, withAPI, withSweeper bool, workers int) (*Parts, error) {
+	p := &Parts{}
+	fps, err := failpoint.Parse(a.Cfg.Failpoints, a.Log)
+	if err != nil {
+		return nil, err
+	}
+	if workers > 0 {
+		for _, v := range a.Cfg.Routing.Bindings.Versions() {
+			if _, ok := pipeline.Workflows[v]; !ok {
+				return nil, fmt.Errorf("EDGEPIPE_BINDINGS: this build has no implementation of %s (it has v1 and v2)", v)
+			}
+		}
+		prov, err := a.providers(ctx)
+		if err != nil {
+			return nil, err
+		}
+		rc := render.ConfigFromEnv(a.Cfg.getenv)
+		rc.Logger = a.Log
+		// Check ffmpeg now: a missing binary is a start-up error naming
+		// the package, not a failure of the first job.
+		if _, err := render.New(ctx, rc); err != nil {
+			return nil, err
+		}
+		engine, err := pipeline.NewEngine(pipeline.EngineConfig{
+			Store: a.Store, Objects: a.Objects, Providers: prov, Renderers: render.Factory(rc),
+			Retry:  pipeline.RetryPolicy{Base: a.Cfg.RetryBase, Cap: a.Cfg.RetryCap, MaxAttempts: a.Cfg.RetryMax},
+			Logger: a.Log, TempDir: os.TempDir(), Failpoint: fps.Func(), Metrics: a.Metrics,
+		})
+		if err != nil {
+			return nil, err
+		}
+		host, _ := os.Hostname()
+		p.Worker, err = pipeline.NewWorker(pipeline.WorkerConfig{
+			Store: a.Store, Engine: engine, Queues: a.Queues(), Owner: host + ":" + strconv.Itoa(os.Getpid()),
+			Concurrency: workers, LeaseFor: a.Cfg.LeaseFor, Logger: a.Log, Failpoint: fps.Func(),
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if withSweeper {
+		p.Sweeper, err = pipeline.NewSweeper(pipeline.SweeperConfig{Ledger: a.Store, Objects: a.Objects,
+			Grace: a.Cfg.SweepGrace, Interval: a.Cfg.SweepInterval, Logger: a.Log})
+		if err != nil {
+			return nil, err
+		}
+		secret := a.Cfg.WebhookSecret
+		if secret == "" {
+			if secret, err = api.GenerateToken(); err != nil {
+				return nil, err
+			}
+			a.Log.Warn("EDGEPIPE_WEBHOOK_SECRET is not set; webhooks are signed with a secret generated for this process", "secret", secret)
+		}
+		p.Dispatcher, err = webhook.New(webhook.Config{Store: a.Store, Secret: []byte(secret), AllowPrivate: a.Cfg.AllowPrivate,
+			Logger: a.Log, Metrics: a.Metrics})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if withAPI {
+		p.API, err = api.New(api.Config{Store: a.Store, Objects: a.Objects, Router: a.Router, Tokens: a.Cfg.Tokens,
+			AdminToken: a.Cfg.AdminToken, AllowPrivateWebhooks: a.Cfg.AllowPrivate, Logger: a.Log, Metrics: a.Metrics})
+		if err != nil {
+			return nil, err
+		}
+		p.Listener, err = net.Listen("tcp", a.Cfg.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("EDGEPIPE_ADDR: %w", err)
+		}
+		p.HTTP = &http.Server{Handler: p.API.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	}
+	return p, nil
+}
+
+// Run starts every part, blocks until ctx ends, then stops them in order:
+// stop accepting requests, stop claiming, let in-flight jobs finish until the
+// grace period ends (then release them), stop the sweeper and dispatcher.
+func (p *Parts) Run(ctx context.Context, log *slog.Logger, grace time.Duration) error {
+	bg := context.WithoutCancel(ctx)
+	errc := make(chan error, 1)
+	if p.HTTP != nil {
+		go func() {
+			if err := p.HTTP.Serve(p.Listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
+	if p.Worker != nil {
+		if err := p.Worker.Start(bg); err != nil {
+			return err
+		}
+	}
+	if p.Sweeper != nil {
+		if err := p.Sweeper.Start(bg); err != nil {
+			return err
+		}
+	}
+	if p.Dispatcher != nil {
+		if err := p.Dispatcher.Start(bg); err != nil {
+			return err
+		}
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(bg, grace)
+	defer cancel()
+	var errs []error
+	if p.HTTP != nil {
+		errs = append(errs, ignoreClosed(p.HTTP.Shutdown(sctx)))
+	}
+	if p.Worker != nil {
+		if err := p.Worker.Stop(sctx); err != nil {
+			log.Warn("worker stop", "err", err)
+		}
+	}
+	if p.Sweeper != nil {
+		errs = append(errs, p.Sweeper.Stop(sctx))
+	}
+	if p.Dispatcher != nil {
+		errs = append(errs, p.Dispatcher.Stop(sctx))
+	}
+	return errors.Join(append(errs, runErr)...)
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
