@@ -2,13 +2,19 @@
 GO ?= go
 export CGO_ENABLED := 1
 
-.PHONY: run test build vet bench demo images chaos mutation
+.PHONY: setup run test build vet bench demo images chaos mutation
 
 build:
 	$(GO) build -o bin/edgepipe ./cmd/edgepipe
 
-run: build
+setup:
+	./scripts/setup.sh
+
+run: setup build
 	./bin/edgepipe serve
+
+demo: setup build
+	./scripts/demo.sh
 
 test:
 	$(GO) vet ./...

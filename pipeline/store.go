@@ -160,3 +160,13 @@ type ObjectClaim struct {
 	State     string // writing | deleting
 	ClaimedAt time.Time
 }
+
+// BilledCallGroup counts, for one (job, scene, operation, contract), the
+// provider calls that may have been billed (the checker's view of §9.3).
+type BilledCallGroup struct {
+	JobID    string
+	Scene    int
+	Op       string
+	Contract Contract
+	Count    int
+}

@@ -1,0 +1,285 @@
+// Package check is fsck for an edgepipe deployment: it verifies the six
+// invariants of DESIGN §9 against the job database and the object store, and
+// optionally a provider's own billing ledger. It only reads.
+package check
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"edgepipe/pipeline"
+	"edgepipe/routing"
+)
+
+// Store is what the checker reads from the job database.
+type Store interface {
+	ListAssets(ctx context.Context, fn func(pipeline.Asset) error) error
+	KeyReferenced(ctx context.Context, key string) (bool, error)
+	BilledCallGroups(ctx context.Context) ([]pipeline.BilledCallGroup, error)
+	EachJob(ctx context.Context, fn func(pipeline.Job) error) error
+	EachStatusEvent(ctx context.Context, fn func(pipeline.Event) error) error
+}
+
+// Config says what to check.
+type Config struct {
+	Store   Store
+	Objects pipeline.ObjectStore
+	// LedgerURL is a provider ledger (the fake provider's GET /ledger) to
+	// cross-check billing against; empty skips that part.
+	LedgerURL string
+	// Grace: objects younger than this are not reported as orphans (a live
+	// attempt may be between upload and asset row). Default 0.
+	Grace time.Duration
+	// StuckAfter: a job not settled whose lease expired (or whose retry was
+	// due) longer ago than this is reported as stuck. Default 10 min.
+	StuckAfter time.Duration
+	// RequireSettled reports every job that is not terminal or needs_review
+	// (for test harnesses that ran everything to the end).
+	RequireSettled bool
+	// SkipHash trusts the stored SHA-256 instead of reading every object.
+	SkipHash bool
+	Clock    pipeline.Clock
+}
+
+// Violation is one broken invariant.
+type Violation struct {
+	Invariant int    `json:"invariant"`
+	Kind      string `json:"kind"`
+	JobID     string `json:"job_id,omitempty"`
+	Key       string `json:"key,omitempty"`
+	Detail    string `json:"detail"`
+}
+
+// Report is the checker's result.
+type Report struct {
+	Assets     int         `json:"assets"`
+	Objects    int         `json:"objects"`
+	Jobs       int         `json:"jobs"`
+	Events     int         `json:"events"`
+	Ledger     bool        `json:"ledger_checked"`
+	Violations []Violation `json:"violations"`
+}
+
+// Clean reports whether no invariant is broken.
+func (r Report) Clean() bool { return len(r.Violations) == 0 }
+
+// Names of the invariants, indexed by number.
+var Names = map[int]string{
+	1: "no asset row without its object (size and SHA-256 match)",
+	2: "no object without an asset row or live claim",
+	3: "per (job, scene) at most one billed call to a non-idempotent provider",
+	4: "every accepted job ends terminal or needs_review",
+	5: "every attempt ran on the version of its id prefix",
+	6: "no terminal job ever changed status again (except a redrive of dead_lettered)",
+}
+
+// Run checks everything and returns the report; an error means the check
+// itself could not run.
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = pipeline.SystemClock{}
+	}
+	if cfg.StuckAfter == 0 {
+		cfg.StuckAfter = 10 * time.Minute
+	}
+	r := Report{Violations: []Violation{}}
+	add := func(v Violation) { r.Violations = append(r.Violations, v) }
+	now := cfg.Clock.Now()
+
+	// 1. assets vs objects
+	err := cfg.Store.ListAssets(ctx, func(a pipeline.Asset) error {
+		r.Assets++
+		info, err := cfg.Objects.Head(ctx, a.Key)
+		if errors.Is(err, pipeline.ErrNotFound) {
+			add(Violation{Invariant: 1, Kind: "ghost_asset", JobID: a.JobID, Key: a.Key, Detail: "asset row without an object"})
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("head %s: %w", a.Key, err)
+		}
+		if info.Size != a.SizeBytes {
+			add(Violation{Invariant: 1, Kind: "size_mismatch", JobID: a.JobID, Key: a.Key,
+				Detail: fmt.Sprintf("asset says %d bytes, object has %d", a.SizeBytes, info.Size)})
+			return nil
+		}
+		sum := info.SHA256
+		if !cfg.SkipHash || sum == "" {
+			if sum, err = hashObject(ctx, cfg.Objects, a.Key); err != nil {
+				return err
+			}
+		}
+		if sum != a.SHA256 {
+			add(Violation{Invariant: 1, Kind: "sha256_mismatch", JobID: a.JobID, Key: a.Key,
+				Detail: fmt.Sprintf("asset says %s, object is %s", a.SHA256, sum)})
+		}
+		return nil
+	})
+	if err != nil {
+		return r, err
+	}
+
+	// 2. objects vs asset rows and live claims
+	for _, prefix := range pipeline.Prefixes {
+		var keys []pipeline.ObjectInfo
+		if err := cfg.Objects.List(ctx, prefix, func(o pipeline.ObjectInfo) bool { keys = append(keys, o); return true }); err != nil {
+			return r, fmt.Errorf("list %s: %w", prefix, err)
+		}
+		for _, o := range keys {
+			r.Objects++
+			if cfg.Grace > 0 && o.LastModified.After(now.Add(-cfg.Grace)) {
+				continue
+			}
+			ref, err := cfg.Store.KeyReferenced(ctx, o.Key)
+			if err != nil {
+				return r, err
+			}
+			if !ref {
+				add(Violation{Invariant: 2, Kind: "orphan_object", Key: o.Key, Detail: fmt.Sprintf("%d bytes, no asset row or live claim", o.Size)})
+			}
+		}
+	}
+
+	// 3. billing, from our audit trail
+	groups, err := cfg.Store.BilledCallGroups(ctx)
+	if err != nil {
+		return r, err
+	}
+	for _, g := range groups {
+		if g.Contract == pipeline.ContractIdempotentVerified {
+			continue
+		}
+		add(Violation{Invariant: 3, Kind: "billed_twice", JobID: g.JobID,
+			Detail: fmt.Sprintf("scene %d: %d possibly billed %s calls (%s)", g.Scene, g.Count, g.Op, g.Contract)})
+	}
+	// …and from the provider's own ledger
+	if cfg.LedgerURL != "" {
+		if err := checkLedger(ctx, cfg.LedgerURL, add); err != nil {
+			return r, err
+		}
+		r.Ledger = true
+	}
+
+	// 4 and 5: jobs
+	err = cfg.Store.EachJob(ctx, func(j pipeline.Job) error {
+		r.Jobs++
+		if !j.Status.Settled() {
+			stuck := cfg.RequireSettled
+			switch j.Status {
+			case pipeline.StatusRunning:
+				stuck = stuck || (!j.LeaseExpiresAt.IsZero() && now.Sub(j.LeaseExpiresAt) > cfg.StuckAfter)
+			case pipeline.StatusRetryWait:
+				stuck = stuck || (!j.NextRunAt.IsZero() && now.Sub(j.NextRunAt) > cfg.StuckAfter)
+			case pipeline.StatusPending:
+				stuck = stuck || now.Sub(j.UpdatedAt) > cfg.StuckAfter
+			}
+			if stuck {
+				add(Violation{Invariant: 4, Kind: "not_settled", JobID: j.ID, Detail: fmt.Sprintf("status %s since %s", j.Status, j.StatusChangedAt.Format(time.RFC3339))})
+			}
+		}
+		id, perr := routing.ParseInstanceID(j.ID)
+		want := id.VersionOrDefault()
+		switch {
+		case perr != nil:
+			if j.Status != pipeline.StatusDeadLettered {
+				add(Violation{Invariant: 5, Kind: "bad_instance_id", JobID: j.ID, Detail: "an id outside the routing grammar ran"})
+			}
+		case j.Version != want:
+			add(Violation{Invariant: 5, Kind: "version_mismatch", JobID: j.ID, Detail: fmt.Sprintf("id says %s, job recorded %s", want, j.Version)})
+		case j.Queue != "" && j.Queue != routing.QueueName(want):
+			add(Violation{Invariant: 5, Kind: "queue_mismatch", JobID: j.ID, Detail: fmt.Sprintf("id says %s, job queued on %s", want, j.Queue)})
+		}
+		return nil
+	})
+	if err != nil {
+		return r, err
+	}
+
+	// 6: the event log of every job walks the transition table, and nothing
+	// follows a terminal status except a redrive of dead_lettered.
+	var (
+		curJob   string
+		cur      pipeline.Status
+		redriven bool
+	)
+	err = cfg.Store.EachStatusEvent(ctx, func(e pipeline.Event) error {
+		r.Events++
+		if e.JobID != curJob {
+			curJob, cur, redriven = e.JobID, "", false
+		}
+		switch e.Kind {
+		case pipeline.EventCreated:
+			cur = pipeline.StatusPending
+			return nil
+		case pipeline.EventRedriven:
+			redriven = true
+			return nil
+		}
+		if e.FromStatus != cur {
+			add(Violation{Invariant: 6, Kind: "event_gap", JobID: e.JobID, Detail: fmt.Sprintf("event %d moves from %s but the job was %s", e.ID, e.FromStatus, cur)})
+		}
+		if cur.Terminal() && !(cur == pipeline.StatusDeadLettered && e.ToStatus == pipeline.StatusPending && redriven) {
+			add(Violation{Invariant: 6, Kind: "terminal_changed", JobID: e.JobID, Detail: fmt.Sprintf("event %d moves terminal %s to %s", e.ID, cur, e.ToStatus)})
+		} else if err := pipeline.CheckTransition(e.FromStatus, e.ToStatus); err != nil {
+			add(Violation{Invariant: 6, Kind: "invalid_transition", JobID: e.JobID, Detail: fmt.Sprintf("event %d: %v", e.ID, err)})
+		}
+		cur, redriven = e.ToStatus, false
+		return nil
+	})
+	return r, err
+}
+
+func hashObject(ctx context.Context, objs pipeline.ObjectStore, key string) (string, error) {
+	rc, _, err := objs.Get(ctx, key, 0, -1)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", key, err)
+	}
+	defer rc.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, rc); err != nil {
+		return "", fmt.Errorf("read %s: %w", key, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// ledger is the fake provider's GET /ledger.
+type ledger struct {
+	ByUnit map[string]map[string]int64 `json:"by_unit"`
+}
+
+func checkLedger(ctx context.Context, url string, add func(Violation)) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("ledger: %s answered %s", url, resp.Status)
+	}
+	var l ledger
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&l); err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	for unit, counts := range l.ByUnit {
+		for op, n := range counts {
+			// image is deduplicated by its idempotency key (a replay is not
+			// billed), so any count above one is a second bill too.
+			if n > 1 {
+				job, _, _ := strings.Cut(unit, "/")
+				add(Violation{Invariant: 3, Kind: "ledger_billed_twice", JobID: job, Detail: fmt.Sprintf("provider ledger: unit %s billed %d × %s", unit, n, op)})
+			}
+		}
+	}
+	return nil
+}

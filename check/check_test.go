@@ -1,0 +1,175 @@
+package check_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"edgepipe/check"
+	"edgepipe/pipeline"
+	"edgepipe/storage/fs"
+	"edgepipe/storage/sqlite"
+)
+
+type env struct {
+	store *sqlite.Store
+	objs  *fs.Store
+	clock *pipeline.ManualClock
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	clock := pipeline.NewManualClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "db"), Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	objs, err := fs.New(ctx, fs.Config{Root: filepath.Join(dir, "objects")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{store: st, objs: objs, clock: clock}
+}
+
+// finishedJob runs a job to success with one stored artifact, the way an
+// attempt would.
+func (e *env) finishedJob(t *testing.T, id string) (pipeline.Lease, string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, _, err := e.store.CreateJob(ctx, pipeline.NewJob{ID: id, Tenant: "t", Operation: "render_video",
+		IdempotencyKey: id, RequestFingerprint: id, Version: id[:2], Queue: "render-" + id[:2]}); err != nil {
+		t.Fatal(err)
+	}
+	cs, _, err := e.store.Fetch(ctx, "render-"+id[:2], "w", 1, time.Minute)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("fetch: %v", err)
+	}
+	l := cs[0].Lease
+	key := pipeline.PrefixUnits + "v1/ab/" + id + ".png"
+	if err := e.store.ClaimObject(ctx, l, key); err != nil {
+		t.Fatal(err)
+	}
+	info, err := e.objs.Put(ctx, key, strings.NewReader("png-bytes-"+id), pipeline.PutOptions{ContentType: "image/png", CreateOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.CommitAsset(ctx, l, pipeline.Asset{Key: key, Kind: "image", SizeBytes: info.Size, SHA256: info.SHA256, ContentType: "image/png"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.RecordIntent(ctx, l, pipeline.ProviderCall{Scene: 0, Op: pipeline.OpSpeech, Provider: "p", Contract: pipeline.ContractSync}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.Finish(ctx, l, pipeline.Outcome{Status: pipeline.StatusSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	return l, key
+}
+
+func run(t *testing.T, e *env, cfg check.Config) check.Report {
+	t.Helper()
+	cfg.Store, cfg.Objects, cfg.Clock = e.store, e.objs, e.clock
+	r, err := check.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func kinds(r check.Report) string {
+	var ks []string
+	for _, v := range r.Violations {
+		ks = append(ks, v.Kind)
+	}
+	return strings.Join(ks, ",")
+}
+
+func TestCleanDeploymentPasses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.finishedJob(t, "v1-a")
+	e.finishedJob(t, "v2-b")
+	r := run(t, e, check.Config{RequireSettled: true})
+	if !r.Clean() || r.Assets != 2 || r.Objects != 2 || r.Jobs != 2 {
+		t.Fatalf("report %+v", r)
+	}
+}
+
+// Each invariant, broken on purpose, is reported.
+func TestEachInvariantIsDetected(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cases := []struct {
+		name  string
+		break_ func(t *testing.T, e *env, l pipeline.Lease, key string)
+		cfg   check.Config
+		want  string
+	}{
+		{"ghost asset", func(t *testing.T, e *env, _ pipeline.Lease, key string) {
+			if err := e.objs.Delete(ctx, key); err != nil {
+				t.Fatal(err)
+			}
+		}, check.Config{}, "ghost_asset"},
+		{"changed object", func(t *testing.T, e *env, _ pipeline.Lease, key string) {
+			if _, err := e.objs.Put(ctx, key, strings.NewReader("png-bytes-XXXX"), pipeline.PutOptions{ContentType: "image/png"}); err != nil {
+				t.Fatal(err)
+			}
+		}, check.Config{}, "sha256_mismatch"},
+		{"orphan object", func(t *testing.T, e *env, _ pipeline.Lease, _ string) {
+			if _, err := e.objs.Put(ctx, "renders/v1/00/orphan.mp4", bytes.NewReader([]byte("x")), pipeline.PutOptions{ContentType: "video/mp4"}); err != nil {
+				t.Fatal(err)
+			}
+		}, check.Config{}, "orphan_object"},
+		{"billed twice", func(t *testing.T, e *env, _ pipeline.Lease, _ string) {
+			mustExec(t, e, `INSERT INTO provider_calls (job_id, scene_index, operation, provider, contract, attempt_id, status, intended_at)
+				VALUES ('v1-a', 0, 'speech', 'p', 'sync', 'att_x', 'succeeded', 0)`)
+		}, check.Config{}, "billed_twice"},
+		{"stuck job", func(t *testing.T, e *env, _ pipeline.Lease, _ string) {
+			if _, _, err := e.store.CreateJob(ctx, pipeline.NewJob{ID: "v1-stuck", Tenant: "t", Operation: "o", IdempotencyKey: "s",
+				RequestFingerprint: "f", Version: "v1", Queue: "render-v1"}); err != nil {
+				t.Fatal(err)
+			}
+		}, check.Config{RequireSettled: true}, "not_settled"},
+		{"version mismatch", func(t *testing.T, e *env, _ pipeline.Lease, _ string) {
+			if _, _, err := e.store.CreateJob(ctx, pipeline.NewJob{ID: "v2-wrong", Tenant: "t", Operation: "o", IdempotencyKey: "w",
+				RequestFingerprint: "f", Version: "v1", Queue: "render-v1"}); err != nil {
+				t.Fatal(err)
+			}
+		}, check.Config{}, "version_mismatch"},
+		{"terminal changed", func(t *testing.T, e *env, _ pipeline.Lease, _ string) {
+			mustExec(t, e, `INSERT INTO job_events (job_id, at, kind, from_status, to_status) VALUES ('v1-a', 1, 'status', 'succeeded', 'running')`)
+		}, check.Config{}, "terminal_changed"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			l, key := e.finishedJob(t, "v1-a")
+			if r := run(t, e, c.cfg); !r.Clean() {
+				t.Fatalf("not clean before breaking: %s", kinds(r))
+			}
+			c.break_(t, e, l, key)
+			r := run(t, e, c.cfg)
+			if !strings.Contains(kinds(r), c.want) {
+				t.Fatalf("violations %q, want %s", kinds(r), c.want)
+			}
+			b, _ := json.Marshal(r)
+			if !json.Valid(b) {
+				t.Fatal("report does not marshal")
+			}
+		})
+	}
+}
+
+func mustExec(t *testing.T, e *env, q string) {
+	t.Helper()
+	if err := e.store.ExecForTest(context.Background(), q); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,85 @@
+package sqlite
+
+import (
+	"context"
+
+	"edgepipe/pipeline"
+)
+
+// Read-only queries for the consistency checker (edgepipe check).
+
+
+// BilledCallGroups returns every (job, scene, op, contract) with more than
+// one possibly billed call.
+func (s *Store) BilledCallGroups(ctx context.Context) ([]pipeline.BilledCallGroup, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT job_id, scene_index, operation, contract, count(*)
+		FROM provider_calls WHERE status IN ('intent','succeeded','ambiguous')
+		GROUP BY job_id, scene_index, operation, contract HAVING count(*) > 1 ORDER BY job_id, scene_index`)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var out []pipeline.BilledCallGroup
+	for rows.Next() {
+		var g pipeline.BilledCallGroup
+		var contract string
+		if err := rows.Scan(&g.JobID, &g.Scene, &g.Op, &contract, &g.Count); err != nil {
+			return nil, translate(err)
+		}
+		g.Contract = pipeline.Contract(contract)
+		out = append(out, g)
+	}
+	return out, translate(rows.Err())
+}
+
+// EachJob calls fn for every job in id order.
+func (s *Store) EachJob(ctx context.Context, fn func(pipeline.Job) error) error {
+	rows, err := s.read.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs ORDER BY id`)
+	if err != nil {
+		return translate(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return err
+		}
+		if err := fn(j); err != nil {
+			return err
+		}
+	}
+	return translate(rows.Err())
+}
+
+// EachStatusEvent calls fn for every status and redrive event, ordered by
+// job and then by event id.
+func (s *Store) EachStatusEvent(ctx context.Context, fn func(pipeline.Event) error) error {
+	rows, err := s.read.QueryContext(ctx, `SELECT id, job_id, at, kind, from_status, to_status, attempt_id, detail_json
+		FROM job_events WHERE kind IN ('created','status','redriven') ORDER BY job_id, id`)
+	if err != nil {
+		return translate(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var e pipeline.Event
+		var at int64
+		var from, to, detail string
+		if err := rows.Scan(&e.ID, &e.JobID, &at, &e.Kind, &from, &to, &e.AttemptID, &detail); err != nil {
+			return translate(err)
+		}
+		e.At, e.FromStatus, e.ToStatus, e.Detail = fromMS(at), pipeline.Status(from), pipeline.Status(to), []byte(detail)
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return translate(rows.Err())
+}
+
+// ExecForTest runs raw SQL on the writer. Only tests of other packages use
+// it, to break the database on purpose.
+func (s *Store) ExecForTest(ctx context.Context, q string) error {
+	return s.inTx(ctx, func(tx *wtx) error {
+		_, err := tx.tx.ExecContext(ctx, q)
+		return err
+	})
+}
