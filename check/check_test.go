@@ -106,10 +106,10 @@ func TestEachInvariantIsDetected(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cases := []struct {
-		name  string
+		name   string
 		break_ func(t *testing.T, e *env, l pipeline.Lease, key string)
-		cfg   check.Config
-		want  string
+		cfg    check.Config
+		want   string
 	}{
 		{"ghost asset", func(t *testing.T, e *env, _ pipeline.Lease, key string) {
 			if err := e.objs.Delete(ctx, key); err != nil {

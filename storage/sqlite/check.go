@@ -8,7 +8,6 @@ import (
 
 // Read-only queries for the consistency checker (edgepipe check).
 
-
 // BilledCallGroups returns every (job, scene, op, contract) with more than
 // one possibly billed call.
 func (s *Store) BilledCallGroups(ctx context.Context) ([]pipeline.BilledCallGroup, error) {
