@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -92,8 +93,10 @@ type EngineConfig struct {
 	Logger    *slog.Logger
 	// UnitConcurrency bounds scenes generated in parallel (default 4).
 	UnitConcurrency int
-	// TempDir holds spooled provider media and scene clips of an attempt.
+	// TempDir holds scene clips of an attempt.
 	TempDir string
+	// SpoolDir keeps paid provider results until stored (see ExecuteDeps).
+	SpoolDir string
 	// VideoPollInterval and VideoTimeout drive async video jobs.
 	VideoPollInterval time.Duration
 	VideoTimeout      time.Duration
@@ -229,6 +232,14 @@ func (e *Engine) Run(ctx context.Context, c Claimed) (Outcome, error) {
 	return e.outcome(c, err), nil
 }
 
+// Forget drops what the engine kept on local disk for a settled job (its
+// spooled provider results).
+func (e *Engine) Forget(jobID string) {
+	if e.cfg.SpoolDir != "" {
+		_ = os.RemoveAll(filepath.Join(e.cfg.SpoolDir, safeName(jobID)))
+	}
+}
+
 func (e *Engine) outcome(c Claimed, err error) Outcome {
 	ce := Classify(err)
 	d := e.cfg.Retry.Decide(ce, c.Lease.Attempt, e.cfg.Clock.Now())
@@ -256,7 +267,7 @@ func (e *Engine) runStages(ctx context.Context, a *attempt) (string, error) {
 	if err := execute(ctx, ExecuteDeps{
 		Store: e.cfg.Store, Objects: e.cfg.Objects, Providers: e.cfg.Providers, Clock: e.cfg.Clock,
 		Concurrency: e.cfg.UnitConcurrency, PollInterval: e.cfg.VideoPollInterval, VideoTimeout: e.cfg.VideoTimeout,
-		Failpoint: e.cfg.Failpoint, Metrics: e.cfg.Metrics,
+		Failpoint: e.cfg.Failpoint, Metrics: e.cfg.Metrics, SpoolDir: e.cfg.SpoolDir,
 	}, a); err != nil {
 		return "", err
 	}

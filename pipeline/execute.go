@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -25,6 +26,10 @@ type ExecuteDeps struct {
 	VideoTimeout time.Duration
 	Failpoint    Failpoint
 	Metrics      Metrics
+	// SpoolDir keeps paid provider results until they are stored; it
+	// outlives attempts, so a worker that died between paying and storing
+	// recovers the result on its next attempt instead of paying again.
+	SpoolDir string
 }
 
 // Artifact names within a unit.
@@ -137,9 +142,25 @@ func (u *unitRun) ensure(ctx context.Context, name string) error {
 	} else if !errors.Is(err, ErrNotFound) {
 		return storeErr(err)
 	}
-	var spool string
-	var err error
-	if name == ArtifactVideo {
+	if _, adopted, err := adoptObject(ctx, u.d.Store, u.d.Objects, u.a.lease, key, name, contentType, 0); err != nil {
+		return err
+	} else if adopted {
+		u.d.Metrics.UnitReused(name)
+		if err := u.d.Store.UpdateUnit(ctx, u.a.lease, u.unit.Scene, UnitUpdate{Artifacts: map[string]string{name: key}}); err != nil {
+			return storeErr(err)
+		}
+		return storeErr(u.d.Store.AppendEvent(ctx, u.a.lease, EventUnitReused, map[string]any{"scene": u.unit.Scene, "artifact": name, "adopted": true}))
+	}
+	// A paid result that an earlier attempt received but did not store is
+	// still on this worker's disk if that attempt died here: store it
+	// instead of paying again.
+	spool, err := u.paidSpool(ctx, op)
+	if err != nil {
+		return err
+	}
+	if spool != "" {
+		// fall through to storing it
+	} else if name == ArtifactVideo {
 		spool, err = u.video(ctx)
 	} else {
 		spool, err = u.syncCall(ctx, op, name)
@@ -150,10 +171,56 @@ func (u *unitRun) ensure(ctx context.Context, name string) error {
 	if err := u.store(ctx, spool, key, name, contentType); err != nil {
 		return err
 	}
+	if strings.HasPrefix(spool, u.d.SpoolDir) && u.d.SpoolDir != "" {
+		_ = os.Remove(spool) // stored: the object is the copy now
+	}
 	if err := callFP(ctx, u.d.Failpoint, "after_asset_before_unit"); err != nil {
 		return err
 	}
 	return storeErr(u.d.Store.UpdateUnit(ctx, u.a.lease, u.unit.Scene, UnitUpdate{Artifacts: map[string]string{name: key}}))
+}
+
+// spoolPath is where the paid result of provider call id is kept until it is
+// stored: under SpoolDir (which outlives the attempt) when set, else in the
+// attempt's scratch directory.
+func (u *unitRun) spoolPath(callID int64) string {
+	if u.d.SpoolDir == "" {
+		return filepath.Join(u.a.tmp, fmt.Sprintf("call-%d", callID))
+	}
+	return filepath.Join(u.d.SpoolDir, safeName(u.a.job.ID), fmt.Sprintf("call-%d", callID))
+}
+
+// paidSpool finds a complete spooled result of an earlier succeeded call for
+// this unit's op (spoolTo publishes by rename, so a file there is whole).
+func (u *unitRun) paidSpool(ctx context.Context, op string) (string, error) {
+	if u.d.SpoolDir == "" {
+		return "", nil
+	}
+	prior, err := u.d.Store.ProviderCalls(ctx, u.a.job.ID, u.unit.Scene, op)
+	if err != nil {
+		return "", storeErr(err)
+	}
+	for i := len(prior) - 1; i >= 0; i-- {
+		if prior[i].Status != CallSucceeded {
+			continue
+		}
+		p := u.spoolPath(prior[i].ID)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", nil
+}
+
+// safeName keeps a job id to a file-name-safe form (ids are validated long
+// before; this only guarantees the path shape).
+func safeName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, s)
 }
 
 // store writes a spooled artifact with the object protocol, retrying a
@@ -249,7 +316,7 @@ func (u *unitRun) syncCall(ctx context.Context, op, name string) (string, error)
 	if err != nil {
 		return "", u.callFailed(ctx, id, op, contract, err)
 	}
-	spool := filepath.Join(u.a.tmp, fmt.Sprintf("scene%03d-%s", u.unit.Scene, name))
+	spool := u.spoolPath(id)
 	if err := spoolTo(spool, m.Body); err != nil {
 		// The provider answered and then the stream broke: it may well have
 		// billed us for a result we do not have.
@@ -422,17 +489,30 @@ func (u *unitRun) video(ctx context.Context) (string, error) {
 	}
 }
 
+// spoolTo writes body to path through a temporary file and a rename, so a
+// file at path is always complete.
 func spoolTo(path string, body io.ReadCloser) error {
 	defer body.Close()
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".part-*")
 	if err != nil {
 		return err
 	}
+	defer os.Remove(f.Name())
 	if _, err := io.Copy(f, body); err != nil {
 		f.Close()
 		return err
 	}
-	return f.Close()
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

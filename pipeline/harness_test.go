@@ -76,7 +76,7 @@ func newHarness(t *testing.T, opts ...harnessOpt) *harness {
 	ec := pipeline.EngineConfig{
 		Store: h.store, Objects: h.objs, Renderers: stubRenderers, Clock: h.clock,
 		Retry:   pipeline.RetryPolicy{Base: time.Second, Cap: 10 * time.Second, MaxAttempts: 5},
-		TempDir: dir, UnitConcurrency: 3, VideoPollInterval: 5 * time.Millisecond, Logger: testLogger(t),
+		TempDir: dir, SpoolDir: filepath.Join(dir, "spool"), UnitConcurrency: 3, VideoPollInterval: 5 * time.Millisecond, Logger: testLogger(t),
 		Failpoint: h.fp.fire,
 	}
 	for _, o := range opts {
@@ -367,4 +367,46 @@ func debugLogger(t *testing.T) *slog.Logger {
 		return nil
 	}
 	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// crashAt runs one attempt that freezes at failpoint point, the way a killed
+// process stops: no error path, no cleanup, nothing recorded after it. The
+// frozen attempt is released (and fenced out) when the test ends.
+func (h *harness) crashAt(queue, point string, nth int) {
+	h.t.Helper()
+	hit := make(chan struct{})
+	release := make(chan struct{})
+	var mu sync.Mutex
+	hits := 0
+	h.fp.set(point, func(ctx context.Context) error {
+		mu.Lock()
+		hits++
+		fired := hits == nth
+		mu.Unlock()
+		if !fired {
+			return nil
+		}
+		close(hit)
+		<-release
+		return errCrash
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx := context.Background()
+		cs, _, err := h.store.Fetch(ctx, queue, "doomed-worker", 1, time.Minute)
+		if err != nil || len(cs) == 0 {
+			return
+		}
+		_, _ = h.engine.Run(ctx, cs[0])
+	}()
+	h.t.Cleanup(func() { close(release); <-done })
+	select {
+	case <-hit:
+	case <-done:
+		h.t.Fatalf("the attempt never reached failpoint %s", point)
+	case <-time.After(20 * time.Second):
+		h.t.Fatalf("timed out waiting for failpoint %s", point)
+	}
+	h.fp.set(point, nil)
 }

@@ -116,6 +116,11 @@ func finalize(ctx context.Context, d FinalizeDeps, a *attempt, clips []string) (
 	if _, err := d.Ledger.GetAsset(ctx, key); err == nil {
 		return key, nil
 	}
+	if _, adopted, err := adoptObject(ctx, d.Ledger, d.Objects, a.lease, key, "render", "video/mp4", a.board.TotalMS()); err != nil {
+		return "", err
+	} else if adopted {
+		return key, nil
+	}
 	if err := callFP(ctx, d.Failpoint, "before_upload"); err != nil {
 		return "", err
 	}

@@ -257,5 +257,8 @@ func (w *Worker) run(c Claimed) {
 		log.Warn("recording the outcome failed", "status", outcome.Status, "err", err)
 		return
 	}
+	if outcome.Status.Settled() {
+		w.cfg.Engine.Forget(c.Job.ID)
+	}
 	log.Info("attempt finished", "status", outcome.Status, "code", outcome.ErrorCode)
 }

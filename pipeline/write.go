@@ -137,3 +137,49 @@ func (s sourceReader) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// adoptObject finishes the write of an earlier attempt that died between its
+// upload and its asset row. Puts are atomic (a create-only link or a
+// completed multipart upload), so an object at the deterministic key is a
+// whole object made from these very inputs: it is hashed and given its
+// asset row instead of being paid for and made again. adopted=false means
+// there is nothing to adopt.
+func adoptObject(ctx context.Context, led ObjectLedger, objs ObjectStore, lease Lease, key, kind, contentType string, durationMS int) (Asset, bool, error) {
+	if _, err := objs.Head(ctx, key); errors.Is(err, ErrNotFound) {
+		return Asset{}, false, nil // the common case: costs one HEAD
+	} else if err != nil {
+		return Asset{}, false, &ClassifiedError{Class: ClassTransient, Code: "object_store_error", Message: "object storage did not answer", Cause: err}
+	}
+	// Claim before looking again, so the sweeper cannot delete the object
+	// between our look and our asset row.
+	if err := led.ClaimObject(ctx, lease, key); err != nil {
+		if errors.Is(err, ErrClaimConflict) {
+			return Asset{}, false, &ClassifiedError{Class: ClassTransient, Code: "object_busy", Message: "another attempt is cleaning up this object; retrying later", Cause: err}
+		}
+		return Asset{}, false, storeErr(err)
+	}
+	if a, err := led.GetAsset(ctx, key); err == nil { // committed meanwhile
+		_, aerr := led.AbandonClaim(ctx, lease.AttemptID, key)
+		return a, true, aerr
+	}
+	rc, _, err := objs.Get(ctx, key, 0, -1)
+	if errors.Is(err, ErrNotFound) {
+		return Asset{}, false, abandon(ctx, led, objs, lease.AttemptID, key)
+	}
+	if err != nil {
+		return Asset{}, false, errors.Join(&ClassifiedError{Class: ClassTransient, Code: "object_store_error", Message: "object storage did not answer", Cause: err},
+			abandon(ctx, led, objs, lease.AttemptID, key))
+	}
+	hr := &hashingReader{r: rc, h: sha256.New()}
+	_, err = io.Copy(io.Discard, hr)
+	rc.Close()
+	if err != nil {
+		return Asset{}, false, errors.Join(&ClassifiedError{Class: ClassTransient, Code: "object_store_error", Message: "object storage download broke off", Cause: err},
+			abandon(ctx, led, objs, lease.AttemptID, key))
+	}
+	a := Asset{Key: key, JobID: lease.JobID, Kind: kind, SizeBytes: hr.n, SHA256: hex.EncodeToString(hr.h.Sum(nil)), ContentType: contentType, DurationMS: durationMS}
+	if err := led.CommitAsset(ctx, lease, a); err != nil {
+		return Asset{}, false, errors.Join(err, abandon(ctx, led, objs, lease.AttemptID, key))
+	}
+	return a, true, nil
+}

@@ -118,7 +118,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	q.Set("_synchronous", cfg.Synchronous)
 	q.Set("_foreign_keys", "1")
 	q.Set("_txlock", "immediate")
-	write, err := sql.Open("sqlite3", "file:"+abs+"?"+q.Encode())
+	write, err := sql.Open("sqlite3", "file:"+uriPath(abs)+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open: %w", err)
 	}
@@ -138,7 +138,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	rq.Set("_busy_timeout", strconv.FormatInt(cfg.BusyTimeout.Milliseconds(), 10))
 	rq.Set("_foreign_keys", "1")
 	rq.Set("mode", "ro")
-	read, err := sql.Open("sqlite3", "file:"+abs+"?"+rq.Encode())
+	read, err := sql.Open("sqlite3", "file:"+uriPath(abs)+"?"+rq.Encode())
 	if err != nil {
 		write.Close()
 		return nil, fmt.Errorf("sqlite: open read pool: %w", err)
@@ -147,6 +147,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	read.SetMaxIdleConns(cfg.ReadConns)
 	s.read = read
 	return s, nil
+}
+
+// uriPath escapes the characters that end or escape the path part of an
+// SQLite URI filename: without it a data directory containing '#' or '?'
+// silently opens a different, truncated path.
+func uriPath(p string) string {
+	return strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(p)
 }
 
 // Close closes both pools.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -489,6 +490,24 @@ func TestTriggerMatchesTransitionTable(t *testing.T) {
 			if !allowed && err == nil {
 				t.Errorf("%s > %s allowed by the database", from, to)
 			}
+		}
+	}
+}
+
+// A data directory whose name holds URI metacharacters opens that exact
+// directory, not a truncated path shared with others.
+func TestPathWithURIMetacharacters(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	for _, name := range []string{"a#1", "a#2", "b?x=1", "c%41"} {
+		dir := filepath.Join(base, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		s := openTest(t, filepath.Join(dir, "db.sqlite"), nil)
+		mustCreate(t, s, newJob("v1-"+fmt.Sprint(len(name))+"x"))
+		if _, err := os.Stat(filepath.Join(dir, "db.sqlite")); err != nil {
+			t.Fatalf("%s: database not where asked: %v", name, err)
 		}
 	}
 }

@@ -1,0 +1,96 @@
+package pipeline_test
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"edgepipe/pipeline"
+	"edgepipe/storage/fs"
+	"edgepipe/storage/sqlite"
+)
+
+func TestSweeper(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	// The fs store stamps objects with the real time; the clock starts there.
+	clock := pipeline.NewManualClock(time.Now())
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "db"), Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	objs, err := fs.New(ctx, fs.Config{Root: filepath.Join(dir, "o")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(key string) pipeline.ObjectInfo {
+		info, err := objs.Put(ctx, key, strings.NewReader("data "+key), pipeline.PutOptions{ContentType: "image/png", CreateOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info
+	}
+	if _, _, err := st.CreateJob(ctx, pipeline.NewJob{ID: "v1-j", Tenant: "t", Operation: "o", IdempotencyKey: "k", RequestFingerprint: "f", Version: "v1", Queue: "render-v1"}); err != nil {
+		t.Fatal(err)
+	}
+	cs, _, _ := st.Fetch(ctx, "render-v1", "w", 1, 3*time.Hour)
+	lease := cs[0].Lease
+	// committed: kept
+	info := put("units/v1/aa/committed.png")
+	_ = st.ClaimObject(ctx, lease, "units/v1/aa/committed.png")
+	if err := st.CommitAsset(ctx, lease, pipeline.Asset{Key: "units/v1/aa/committed.png", Kind: "image", SizeBytes: info.Size, SHA256: info.SHA256, ContentType: "image/png"}); err != nil {
+		t.Fatal(err)
+	}
+	// claimed by the live attempt, upload done, asset row pending: kept
+	put("units/v1/aa/inflight.png")
+	_ = st.ClaimObject(ctx, lease, "units/v1/aa/inflight.png")
+	// nobody's: deleted once old enough
+	put("units/v1/aa/orphan.png")
+	put("renders/v1/bb/orphan.mp4")
+	// outside edgepipe's prefixes: never touched
+	put("elsewhere/keep.bin")
+
+	sweep := func(dry bool) pipeline.SweepReport {
+		sw, err := pipeline.NewSweeper(pipeline.SweeperConfig{Ledger: st, Objects: objs, Grace: time.Hour, Clock: clock, DryRun: dry})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := sw.Sweep(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	if rep := sweep(false); rep.Deleted != 0 {
+		t.Fatalf("young objects deleted: %+v", rep)
+	}
+	clock.Advance(2 * time.Hour)
+	if rep := sweep(true); rep.Deleted != 0 || len(rep.Orphans) != 2 {
+		t.Fatalf("dry run: %+v", rep)
+	}
+	rep := sweep(false)
+	slices.Sort(rep.Orphans)
+	if rep.Deleted != 2 || strings.Join(rep.Orphans, ",") != "renders/v1/bb/orphan.mp4,units/v1/aa/orphan.png" {
+		t.Fatalf("sweep: %+v", rep)
+	}
+	for key, want := range map[string]bool{
+		"units/v1/aa/committed.png": true, "units/v1/aa/inflight.png": true, "units/v1/aa/orphan.png": false,
+		"renders/v1/bb/orphan.mp4": false, "elsewhere/keep.bin": true,
+	} {
+		_, err := objs.Head(ctx, key)
+		if (err == nil) != want {
+			t.Errorf("%s: exists=%v, want %v", key, err == nil, want)
+		}
+	}
+	// The attempt dies; its in-flight object becomes an orphan and goes too.
+	clock.Advance(4 * time.Hour)
+	rep = sweep(false)
+	if rep.StaleClaims != 1 || rep.Deleted != 1 {
+		t.Fatalf("after the attempt died: %+v", rep)
+	}
+}
