@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -185,7 +186,7 @@ func (a *App) Build(ctx context.Context, withAPI, withSweeper bool, workers int)
 		engine, err := pipeline.NewEngine(pipeline.EngineConfig{
 			Store: a.Store, Objects: a.Objects, Providers: prov, Renderers: render.Factory(rc),
 			Retry:  pipeline.RetryPolicy{Base: a.Cfg.RetryBase, Cap: a.Cfg.RetryCap, MaxAttempts: a.Cfg.RetryMax},
-			Logger: a.Log, TempDir: os.TempDir(), Failpoint: fps.Func(), Metrics: a.Metrics,
+			Logger: a.Log, TempDir: os.TempDir(), SpoolDir: filepath.Join(a.Cfg.DataDir, "spool"), Failpoint: fps.Func(), Metrics: a.Metrics,
 		})
 		if err != nil {
 			return nil, err
