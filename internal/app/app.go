@@ -69,6 +69,11 @@ func (a *App) Close() error {
 	return errors.Join(errs...)
 }
 
+// OpenObjects opens only the configured object store.
+func OpenObjects(ctx context.Context, cfg Config, log *slog.Logger) (pipeline.ObjectStore, error) {
+	return openObjects(ctx, cfg, log)
+}
+
 func openObjects(ctx context.Context, cfg Config, log *slog.Logger) (pipeline.ObjectStore, error) {
 	if cfg.Store == "fs" {
 		return fs.New(ctx, fs.Config{Root: cfg.ObjectsDir, Logger: log})

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime/debug"
+	"strconv"
+	"strings"
+
+	"edgepipe/internal/app"
+	"edgepipe/storage/s3"
+)
+
+func init() {
+	register("bench", "benchmarks: upload (S3 streaming vs minio-go)", bench)
+}
+
+func bench(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Println(`Usage: edgepipe bench upload [--mib 1024] [--compare=true]
+
+upload  streams --mib MiB of unknown length, generated on the fly, through
+        the S3 driver (EDGEPIPE_S3_* settings) and prints MiB/s and peak RSS.
+        With --compare (default) it also runs the reference — minio-go
+        PutObject with size -1 and 16 MiB parts — each in its own process,
+        and prints the ratio.
+
+The queue burn-down benchmark is a Go benchmark:
+  go test ./storage/sqlite -run '^$' -bench BurnDown -benchtime 20000x`)
+		if len(args) == 0 {
+			return errExit
+		}
+		return nil
+	}
+	switch args[0] {
+	case "upload":
+		return benchUpload(ctx, args[1:])
+	}
+	return fmt.Errorf("unknown benchmark %q (edgepipe bench --help)", args[0])
+}
+
+type uploadResult struct {
+	Client  string  `json:"client"`
+	MiB     int     `json:"mib"`
+	MiBps   float64 `json:"mib_per_s"`
+	PeakRSS int64   `json:"peak_rss_bytes"`
+}
+
+func benchUpload(ctx context.Context, args []string) error {
+	fs := newFlags("bench upload", "[--mib 1024] [--compare=true]", "Streams generated data through the S3 driver; see edgepipe bench --help.")
+	mib := fs.Int("mib", 1024, "MiB to stream")
+	compare := fs.Bool("compare", true, "also run the minio-go reference, each client in its own process")
+	only := fs.String("only", "", "internal: run one client (edgepipe | minio-go) in this process and print JSON")
+	memlimit := fs.Int("memlimit-mib", 0, "soft Go memory limit for the edgepipe run only (like GOMEMLIMIT; 0 = runtime default)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, log, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	if cfg.Store != "s3" {
+		return fmt.Errorf("EDGEPIPE_STORE: bench upload needs s3 (with EDGEPIPE_S3_ENDPOINT, _BUCKET, _ACCESS_KEY, _SECRET_KEY)")
+	}
+	if *only != "" {
+		var r s3.BenchResult
+		key := fmt.Sprintf("bench/%s-%d-%d.bin", *only, *mib, os.Getpid())
+		switch *only {
+		case "edgepipe":
+			if *memlimit > 0 {
+				debug.SetMemoryLimit(int64(*memlimit) << 20)
+			}
+			// Only the object store: the benchmark measures the upload path.
+			objs, err := app.OpenObjects(ctx, cfg, log)
+			if err != nil {
+				return err
+			}
+			st := objs.(*s3.Store)
+			if r, err = s3.BenchUpload(ctx, st, key, *mib); err != nil {
+				return err
+			}
+			_ = st.Delete(ctx, key)
+		case "minio-go":
+			g := cfg.Getenv
+			ep := g("EDGEPIPE_S3_ENDPOINT")
+			if r, err = s3.BenchMinioGo(ctx, ep, g("EDGEPIPE_S3_ACCESS_KEY"), g("EDGEPIPE_S3_SECRET_KEY"), g("EDGEPIPE_S3_BUCKET"), key, *mib, 16); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("--only must be edgepipe or minio-go")
+		}
+		return json.NewEncoder(os.Stdout).Encode(uploadResult{Client: *only, MiB: *mib, MiBps: r.MiBps, PeakRSS: peakRSS()})
+	}
+	clients := []string{"edgepipe"}
+	if *compare {
+		clients = append(clients, "minio-go")
+	}
+	res := map[string]uploadResult{}
+	for _, c := range clients {
+		out, err := exec.CommandContext(ctx, os.Args[0], "bench", "upload", "--mib", strconv.Itoa(*mib), "--only", c,
+			"--memlimit-mib", strconv.Itoa(*memlimit)).Output()
+		if err != nil {
+			return fmt.Errorf("%s run: %w", c, err)
+		}
+		var r uploadResult
+		if err := json.Unmarshal(out, &r); err != nil {
+			return fmt.Errorf("%s run printed %q: %w", c, out, err)
+		}
+		res[c] = r
+		fmt.Printf("%-9s %d MiB: %.1f MiB/s, peak RSS %.1f MiB\n", c, r.MiB, r.MiBps, float64(r.PeakRSS)/(1<<20))
+	}
+	if *compare {
+		fmt.Printf("edgepipe / minio-go throughput: %.2f\n", res["edgepipe"].MiBps/res["minio-go"].MiBps)
+	}
+	return nil
+}
+
+// peakRSS is this process's high-water resident set (VmHWM).
+func peakRSS() int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

@@ -1,0 +1,555 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode"
+
+	"edgepipe/api"
+	"edgepipe/pipeline"
+	"edgepipe/routing"
+	"edgepipe/storage/fs"
+	"edgepipe/storage/sqlite"
+)
+
+const (
+	testToken      = "tok-client-test-0123456789"
+	testAdminToken = "adm-client-test-0123456789"
+)
+
+// testCLI is a cliEnv wired to buffers and a fake environment.
+type testCLI struct {
+	*cliEnv
+	out, errOut *bytes.Buffer
+	env         map[string]string
+	dataDir     string
+}
+
+// newTestCLI points the client commands at url with the tenant token in
+// EDGEPIPE_TOKEN and no ffprobe, unless overridden by kv pairs ("" deletes).
+func newTestCLI(t *testing.T, url string, kv ...string) *testCLI {
+	t.Helper()
+	dir := t.TempDir()
+	env := map[string]string{
+		envURL:              url,
+		envToken:            testToken,
+		"EDGEPIPE_DATA_DIR": dir,
+		envFFprobe:          filepath.Join(dir, "no-ffprobe-here"),
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] == "" {
+			delete(env, kv[i])
+		} else {
+			env[kv[i]] = kv[i+1]
+		}
+	}
+	var environ []string
+	for k, v := range env {
+		environ = append(environ, k+"="+v)
+	}
+	tc := &testCLI{out: &bytes.Buffer{}, errOut: &bytes.Buffer{}, env: env, dataDir: dir}
+	tc.cliEnv = &cliEnv{
+		stdin: strings.NewReader(""), stdout: tc.out, stderr: tc.errOut,
+		getenv: func(k string) string { return env[k] }, environ: environ,
+		reconnectDelay: time.Millisecond, reconnectMax: 5 * time.Millisecond, now: time.Now,
+	}
+	return tc
+}
+
+// request is what a canned server saw.
+type request struct {
+	Method, Path, Query string
+	Header              http.Header
+	Body                string
+}
+
+// recorder records every request to a handler.
+type recorder struct {
+	mu   sync.Mutex
+	reqs []request
+}
+
+func (r *recorder) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(req.Body)
+		r.mu.Lock()
+		r.reqs = append(r.reqs, request{req.Method, req.URL.EscapedPath(), req.URL.RawQuery, req.Header.Clone(), b.String()})
+		r.mu.Unlock()
+		req.Body = http.NoBody
+		h.ServeHTTP(w, req)
+	})
+}
+
+func (r *recorder) all() []request {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.reqs)
+}
+
+// find returns the requests with this method and path.
+func (r *recorder) find(method, path string) []request {
+	var out []request
+	for _, q := range r.all() {
+		if q.Method == method && q.Path == path {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+func serveCanned(t *testing.T, h http.Handler) (*httptest.Server, *recorder) {
+	t.Helper()
+	rec := &recorder{}
+	srv := httptest.NewServer(rec.wrap(h))
+	t.Cleanup(srv.Close)
+	return srv, rec
+}
+
+func respondJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func respondProblem(w http.ResponseWriter, status int, code, title, detail string, fields ...pipeline.FieldError) {
+	w.Header().Set("Content-Type", api.ProblemContentType)
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(api.Problem{Type: "urn:edgepipe:problem:" + code, Title: title, Status: status,
+		Code: code, Detail: detail, Errors: fields})
+}
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func jobResource(id string, st pipeline.Status) api.JobResource {
+	return api.JobResource{ID: id, Operation: "render_video", Version: "v1", Status: st,
+		CreatedAt: t0, UpdatedAt: t0, StatusChangedAt: t0,
+		Links: api.Links{Self: "/v1/jobs/" + id, Events: "/v1/jobs/" + id + "/events"}}
+}
+
+func TestFormatProblem(t *testing.T) {
+	t.Parallel()
+	fields := func(n int) []pipeline.FieldError {
+		var out []pipeline.FieldError
+		for i := range n {
+			out = append(out, pipeline.FieldError{Field: fmt.Sprintf("scenes[%d].duration_ms", i), Message: "must be between 500 and 30000"})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name   string
+		status int
+		p      api.Problem
+		text   string
+		want   string
+	}{
+		{"title detail code", 409, api.Problem{Title: "The job has already finished", Code: "job_terminal",
+			Detail: "the job has already finished and cannot change"},
+			"", "The job has already finished: the job has already finished and cannot change (job_terminal)"},
+		{"field errors replace the detail", 400, api.Problem{Title: "The request is invalid", Code: "validation_failed",
+			Detail: "the request has invalid fields; see errors", Errors: []pipeline.FieldError{
+				{Field: "options.fps", Message: "must be one of 24, 25, 30"}, {Field: "scenes", Message: "needs at least 1 scene"}}},
+			"", "The request is invalid: options.fps: must be one of 24, 25, 30; scenes: needs at least 1 scene (validation_failed)"},
+		{"many field errors are cut", 400, api.Problem{Title: "The request is invalid", Code: "validation_failed", Errors: fields(7)},
+			"", "The request is invalid: scenes[0].duration_ms: must be between 500 and 30000; scenes[1].duration_ms: must be between 500 and 30000; " +
+				"scenes[2].duration_ms: must be between 500 and 30000; scenes[3].duration_ms: must be between 500 and 30000; " +
+				"scenes[4].duration_ms: must be between 500 and 30000; and 2 more (validation_failed)"},
+		{"field without message", 400, api.Problem{Title: "Bad", Code: "validation_failed", Errors: []pipeline.FieldError{{Field: "body"}}},
+			"", "Bad: body (validation_failed)"},
+		{"request id on 5xx", 500, api.Problem{Title: "Internal error", Code: "internal_error",
+			Detail: "an internal error occurred; it has been logged", RequestID: "req-42"},
+			"", "Internal error: an internal error occurred; it has been logged (internal_error, request id req-42)"},
+		{"no detail", 401, api.Problem{Title: "Missing or invalid credentials", Code: "unauthorized"},
+			"", "Missing or invalid credentials (unauthorized)"},
+		{"no title", 404, api.Problem{Code: "not_found", Detail: "no such resource"},
+			"", "Not Found: no such resource (not_found)"},
+		{"no code", 418, api.Problem{Title: "Teapot"}, "", "Teapot (HTTP 418)"},
+		{"not a problem", 502, api.Problem{}, "upstream connect error\nor disconnect", "HTTP 502 Bad Gateway: upstream connect error or disconnect"},
+		{"an HTML page is not shown", 502, api.Problem{}, "<!DOCTYPE html><html><body>nginx</body></html>", "HTTP 502 Bad Gateway"},
+		{"empty body", 503, api.Problem{}, "", "HTTP 503 Service Unavailable"},
+		{"unknown status", 599, api.Problem{}, "", "HTTP 599"},
+		{"control characters are removed", 400, api.Problem{Title: "Bad\x1b[31m\r\nthing", Code: "x\ny",
+			Detail: "evil\x1b]0;title\x07 text\u2028more"}, "", "Bad [31m thing: evil ]0;title text more (x y)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := formatProblem(tc.status, tc.p, tc.text)
+			if got != tc.want {
+				t.Errorf("formatProblem =\n  %q\nwant\n  %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestReadAPIError(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, ctype, body, want string
+	}{
+		{"problem+json", api.ProblemContentType, `{"title":"Not found","code":"not_found","detail":"no such resource","status":404}`,
+			"Not found: no such resource (not_found)"},
+		{"charset parameter", api.ProblemContentType + "; charset=utf-8", `{"title":"Not found","code":"not_found"}`, "Not found (not_found)"},
+		{"JSON that is not a problem", "application/json", `{"message":"nope"}`, `HTTP 404 Not Found: {"message":"nope"}`},
+		{"text", "text/plain", "404 page not found\n", "HTTP 404 Not Found: 404 page not found"},
+		{"problem-looking text is not parsed", "text/plain", `{"title":"X","code":"y"}`, `HTTP 404 Not Found: {"title":"X","code":"y"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rec := httptest.NewRecorder()
+			rec.Header().Set("Content-Type", tc.ctype)
+			rec.WriteHeader(404)
+			rec.WriteString(tc.body)
+			err := readAPIError(rec.Result())
+			var ae *apiError
+			if !errors.As(err, &ae) || ae.Status != 404 {
+				t.Fatalf("err = %#v", err)
+			}
+			if err.Error() != tc.want {
+				t.Errorf("got %q, want %q", err.Error(), tc.want)
+			}
+		})
+	}
+}
+
+// FuzzFormatProblem: whatever a server sends, the error is one printable
+// line of bounded length.
+func FuzzFormatProblem(f *testing.F) {
+	f.Add(400, `{"title":"The request is invalid","code":"validation_failed","errors":[{"field":"a","message":"b"}]}`)
+	f.Add(500, "\x1b[2J<html>")
+	f.Add(404, `{"title":"\u2028\u0085x","detail":"\r\n","code":"\t"}`)
+	f.Fuzz(func(t *testing.T, status int, body string) {
+		var p api.Problem
+		_ = json.Unmarshal([]byte(body), &p)
+		s := formatProblem(status, p, body)
+		if s == "" || len(s) > 8000 {
+			t.Fatalf("length %d", len(s))
+		}
+		for _, r := range s {
+			if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
+				t.Fatalf("control character %U in %q", r, s)
+			}
+		}
+	})
+}
+
+func TestParseArgs(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args     []string
+		wantPos  []string
+		wantWait bool
+		wantKey  string
+	}{
+		{[]string{"f.json"}, []string{"f.json"}, false, ""},
+		{[]string{"f.json", "--wait"}, []string{"f.json"}, true, ""},
+		{[]string{"--wait", "f.json", "--key", "k"}, []string{"f.json"}, true, "k"},
+		{[]string{"-", "--key=k"}, []string{"-"}, false, "k"},
+		{[]string{"a", "b", "--wait"}, []string{"a", "b"}, true, ""},
+		{[]string{"--", "--wait"}, []string{"--wait"}, false, ""},
+		{[]string{"a", "--", "-x", "--wait"}, []string{"a", "-x", "--wait"}, false, ""},
+		{nil, nil, false, ""},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			t.Parallel()
+			fs := flag.NewFlagSet("x", flag.ContinueOnError)
+			wait := fs.Bool("wait", false, "")
+			key := fs.String("key", "", "")
+			pos, err := parseArgs(fs, tc.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(pos, tc.wantPos) || *wait != tc.wantWait || *key != tc.wantKey {
+				t.Errorf("pos %q wait %v key %q; want %q %v %q", pos, *wait, *key, tc.wantPos, tc.wantWait, tc.wantKey)
+			}
+		})
+	}
+}
+
+func TestHelpOnEveryClientCommand(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"submit", []string{"--help"}, "Usage: edgepipe submit FILE"},
+		{"status", []string{"-h"}, "Usage: edgepipe status ID"},
+		{"cancel", []string{"--help"}, "Usage: edgepipe cancel ID"},
+		{"dlq", []string{"--help"}, "Usage: edgepipe dlq list|redrive"},
+		{"dlq", []string{"list", "--help"}, "Usage: edgepipe dlq list"},
+		{"dlq", []string{"redrive", "--help"}, "Usage: edgepipe dlq redrive DEAD_LETTER_ID"},
+	} {
+		t.Run(strings.Join(append([]string{tc.name}, tc.args...), " "), func(t *testing.T) {
+			t.Parallel()
+			tc2 := newTestCLI(t, "http://127.0.0.1:1")
+			cmds := map[string]func(context.Context, []string) error{
+				"submit": tc2.submit, "status": tc2.status, "cancel": tc2.cancel, "dlq": tc2.dlq,
+			}
+			err := cmds[tc.name](context.Background(), tc.args)
+			if err != nil && !errors.Is(err, flag.ErrHelp) {
+				t.Fatalf("err = %v", err)
+			}
+			if !strings.Contains(tc2.errOut.String(), tc.want) {
+				t.Errorf("help output lacks %q:\n%s", tc.want, tc2.errOut)
+			}
+			if _, ok := commands[tc.name]; !ok {
+				t.Errorf("%s is not registered", tc.name)
+			}
+		})
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		run  func(*testCLI) error
+		want string
+	}{
+		{"submit without file", func(c *testCLI) error { return c.submit(context.Background(), nil) }, "missing FILE"},
+		{"status with two ids", func(c *testCLI) error { return c.status(context.Background(), []string{"a", "b"}) }, `unexpected argument "b"`},
+		{"dlq unknown", func(c *testCLI) error { return c.dlq(context.Background(), []string{"purge"}) }, `unknown dlq command "purge"`},
+		{"redrive non-number", func(c *testCLI) error { return c.dlq(context.Background(), []string{"redrive", "x"}) }, "positive whole number"},
+		{"out without wait", func(c *testCLI) error {
+			return c.submit(context.Background(), []string{"f.json", "--out", "x.mp4"})
+		}, "--out needs --wait"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := newTestCLI(t, "http://127.0.0.1:1")
+			err := tc.run(c)
+			if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want a usage error with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestTokenResolution: --token, then the environment, then the
+// development token file serve writes; the admin commands read their own.
+func TestTokenResolution(t *testing.T) {
+	t.Parallel()
+	srv, rec := serveCanned(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/admin/") {
+			respondJSON(w, 200, api.DeadLetterList{DeadLetters: []api.DeadLetter{}})
+			return
+		}
+		respondJSON(w, 200, jobResource("j1", pipeline.StatusPending))
+	}))
+	type tcase struct {
+		name  string
+		kv    []string
+		files map[string]string
+		args  []string
+		admin bool
+		want  string // Authorization header, or an error substring
+	}
+	for _, tc := range []tcase{
+		{name: "flag wins", args: []string{"--token", "tok-from-flag-000000"}, want: "Bearer tok-from-flag-000000"},
+		{name: "environment", want: "Bearer " + testToken},
+		{name: "dev-token file", kv: []string{envToken, ""}, files: map[string]string{"dev-token": " tok-from-file-000000\n"},
+			want: "Bearer tok-from-file-000000"},
+		{name: "no token anywhere", kv: []string{envToken, ""}, want: "no token: pass --token"},
+		{name: "empty file", kv: []string{envToken, ""}, files: map[string]string{"dev-token": "\n"}, want: "is empty"},
+		{name: "admin from environment", admin: true, kv: []string{"EDGEPIPE_ADMIN_TOKEN", testAdminToken}, want: "Bearer " + testAdminToken},
+		{name: "admin from file, not the tenant token", admin: true, files: map[string]string{"dev-admin-token": "adm-from-file-000000"},
+			want: "Bearer adm-from-file-000000"},
+		{name: "admin missing", admin: true, want: "dev-admin-token"},
+		{name: "token with a space", args: []string{"--token", "a b"}, want: "printable ASCII"},
+		{name: "unknown setting refused", kv: []string{"EDGEPIPE_TYPO", "1"}, want: "EDGEPIPE_TYPO: unknown setting"},
+		{name: "bad URL", args: []string{"--url", "ftp://x"}, want: "want http(s)://"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := newTestCLI(t, srv.URL, tc.kv...)
+			for name, body := range tc.files {
+				if err := os.WriteFile(filepath.Join(c.dataDir, name), []byte(body), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var err error
+			if tc.admin {
+				err = c.dlq(context.Background(), append([]string{"list"}, tc.args...))
+			} else {
+				err = c.status(context.Background(), append([]string{"j1"}, tc.args...))
+			}
+			if !strings.HasPrefix(tc.want, "Bearer ") {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("err = %v, want %q", err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, r := range rec.all() {
+				got = append(got, r.Header.Get("Authorization"))
+			}
+			if !slices.Contains(got, tc.want) {
+				t.Errorf("Authorization headers %q lack %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestEndpointEscapesIDs(t *testing.T) {
+	t.Parallel()
+	u, err := parseBaseURL("http://h:1/prefix/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &client{base: u}
+	for id, want := range map[string]string{
+		"v1-abc":      "http://h:1/prefix/v1/jobs/v1-abc",
+		"../admin":    "http://h:1/prefix/v1/jobs/..%2Fadmin",
+		"a?b#c":       "http://h:1/prefix/v1/jobs/a%3Fb%23c",
+		"with space":  "http://h:1/prefix/v1/jobs/with%20space",
+		"v2-x_y-Z_09": "http://h:1/prefix/v1/jobs/v2-x_y-Z_09",
+	} {
+		if got := c.endpoint("v1", "jobs", id); got != want {
+			t.Errorf("endpoint(%q) = %s, want %s", id, got, want)
+		}
+	}
+}
+
+// realAPI serves the real API over a SQLite store with no workers: jobs
+// stay where the API put them.
+func realAPI(t *testing.T) *httptest.Server {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "edgepipe.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	objs, err := fs.New(ctx, fs.Config{Root: filepath.Join(dir, "objects")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	router, err := routing.NewRouter(routing.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := api.New(api.Config{Store: st, Objects: objs, Router: router,
+		Tokens: map[string]string{testToken: "acme"}, AdminToken: testAdminToken, SSEPoll: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { srv.CloseStreams(); hs.Close() })
+	return hs
+}
+
+// TestAgainstRealAPI runs the client commands against the real handlers,
+// so the client and the API cannot drift apart: submit, replay, a refused
+// body, status, cancel (and 409 after), an unbound version followed to
+// dead_lettered over SSE, dlq list and a refused redrive.
+func TestAgainstRealAPI(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	hs := realAPI(t)
+	sb := filepath.Join("..", "..", "testdata", "storyboards")
+	newCLI := func() *testCLI { return newTestCLI(t, hs.URL, "EDGEPIPE_ADMIN_TOKEN", testAdminToken) }
+
+	c := newCLI()
+	if err := c.submit(ctx, []string{filepath.Join(sb, "demo.json")}); err != nil {
+		t.Fatalf("submit: %v (%s)", err, c.errOut)
+	}
+	id := strings.TrimSpace(c.out.String())
+	if !strings.HasPrefix(id, "v1-") || !strings.Contains(c.errOut.String(), "submitted: job "+id+" on v1, pending") {
+		t.Fatalf("submit printed %q / %q", id, c.errOut)
+	}
+
+	c = newCLI()
+	if err := c.submit(ctx, []string{filepath.Join(sb, "demo.json")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(c.out.String()); got != id || !strings.Contains(c.errOut.String(), "replayed: job "+id) {
+		t.Fatalf("second submit printed %q / %q, want a replay of %s", got, c.errOut, id)
+	}
+
+	c = newCLI()
+	err := c.submit(ctx, []string{filepath.Join(sb, "invalid.json")})
+	var ae *apiError
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Problem.Code != "validation_failed" || len(ae.Problem.Errors) < 4 {
+		t.Fatalf("invalid.json: err = %v", err)
+	}
+	if !strings.HasPrefix(err.Error(), "The request is invalid: ") || strings.Contains(err.Error(), "see errors") {
+		t.Errorf("invalid.json: %s", err)
+	}
+
+	c = newCLI()
+	if err := c.status(ctx, []string{id}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"job        " + id, "status     pending", "version    v1", "attempts   0"} {
+		if !strings.Contains(c.out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, c.out)
+		}
+	}
+
+	c = newCLI()
+	if err := c.cancel(ctx, []string{id}); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.out.String(); got != "job "+id+" canceled\n" {
+		t.Errorf("cancel printed %q", got)
+	}
+	c = newCLI()
+	err = c.cancel(ctx, []string{id})
+	if !errors.As(err, &ae) || ae.Status != 409 || ae.Problem.Code != "job_terminal" {
+		t.Fatalf("second cancel: %v", err)
+	}
+
+	// v3 is not bound: the job is accepted dead-lettered, and --wait
+	// follows the real event stream to that.
+	c = newCLI()
+	err = c.submit(ctx, []string{filepath.Join(sb, "v2.json"), "--id", "v3-unbound", "--wait", "--timeout", "10s"})
+	var je *jobError
+	if !errors.As(err, &je) || je.Status != pipeline.StatusDeadLettered || je.Err == nil || je.Err.Code != "unbound_version" {
+		t.Fatalf("submit v3 --wait: err = %v", err)
+	}
+
+	c = newCLI()
+	if err := c.dlq(ctx, []string{"list"}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(c.out.String(), "v3-unbound") || !strings.Contains(c.out.String(), "unbound_version") {
+		t.Errorf("dlq list:\n%s", c.out)
+	}
+	c = newCLI()
+	if err := c.dlq(ctx, []string{"list", "--json"}); err != nil {
+		t.Fatal(err)
+	}
+	var page api.DeadLetterList
+	if err := json.Unmarshal(c.out.Bytes(), &page); err != nil || len(page.DeadLetters) != 1 {
+		t.Fatalf("dlq list --json: %v %s", err, c.out)
+	}
+	c = newCLI()
+	err = c.dlq(ctx, []string{"redrive", fmt.Sprint(page.DeadLetters[0].ID)})
+	if !errors.As(err, &ae) || ae.Status != 409 || ae.Problem.Code != "version_unbound" {
+		t.Fatalf("redrive: %v", err)
+	}
+
+	// The tenant token is not an operator token.
+	c = newTestCLI(t, hs.URL, "EDGEPIPE_ADMIN_TOKEN", testToken)
+	err = c.dlq(ctx, []string{"list"})
+	if !errors.As(err, &ae) || ae.Status != 401 {
+		t.Fatalf("dlq with a tenant token: %v", err)
+	}
+}
