@@ -153,6 +153,7 @@ func TestAsyncUnitRecoveredByPolling(t *testing.T) {
 func TestUnitErrorCancelsSiblings(t *testing.T) {
 	t.Parallel()
 	var canceled atomic.Int32
+	entered := make(chan struct{}, 2)
 	release := make(chan struct{})
 	h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers {
 		return &hookProviders{before: func(ctx context.Context, op, unit string) error {
@@ -160,8 +161,17 @@ func TestUnitErrorCancelsSiblings(t *testing.T) {
 				return nil
 			}
 			if strings.HasSuffix(unit, "/1") {
+				// Fail only once both siblings are inside their calls.
+				for range 2 {
+					select {
+					case <-entered:
+					case <-time.After(10 * time.Second):
+						return errors.New("siblings never started")
+					}
+				}
 				return &pipeline.CallError{Op: op, Outcome: pipeline.OutcomeRejected, HTTPStatus: 400, Code: "provider_rejected_input", Cause: errors.New("raw: bad prompt")}
 			}
+			entered <- struct{}{}
 			select { // siblings block until canceled
 			case <-ctx.Done():
 				canceled.Add(1)
@@ -186,13 +196,11 @@ func TestUnitErrorCancelsSiblings(t *testing.T) {
 		if o.Status != pipeline.StatusFailed || o.ErrorCode != "provider_rejected_input" {
 			t.Fatalf("outcome %+v", o)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(20 * time.Second):
 		t.Fatal("a failed unit did not cancel its siblings")
 	}
-	// Siblings already waiting in a call saw the cancellation; one not yet
-	// started never reached its call. Either way none got through.
-	if canceled.Load() < 1 {
-		t.Fatalf("no sibling saw the cancellation")
+	if canceled.Load() != 2 {
+		t.Fatalf("%d siblings saw the cancellation, want 2", canceled.Load())
 	}
 	if billed := h.fake.Ledger().Billed; billed.Image != 0 {
 		t.Fatalf("a sibling's call went through after the stage failed: %+v", billed)
