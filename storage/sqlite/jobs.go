@@ -57,7 +57,7 @@ func (s *Store) CreateJob(ctx context.Context, nj pipeline.NewJob) (job pipeline
 		return pipeline.Job{}, false, err
 	}
 	err = s.inTx(ctx, func(tx *wtx) error {
-		job, created, err = s.createJobTx(ctx, tx, s.now(), nj)
+		job, created, err = s.createJobTx(ctx, tx, s.now(), nj, true)
 		return err
 	})
 	if err != nil {
@@ -78,7 +78,7 @@ func (s *Store) CreateJobs(ctx context.Context, njs []pipeline.NewJob) error {
 	return s.inTx(ctx, func(tx *wtx) error {
 		now := s.now()
 		for _, nj := range njs {
-			if _, _, err := s.createJobTx(ctx, tx, now, nj); err != nil {
+			if _, _, err := s.createJobTx(ctx, tx, now, nj, false); err != nil {
 				return fmt.Errorf("job %s: %w", nj.ID, err)
 			}
 		}
@@ -96,7 +96,9 @@ func validateNewJob(nj pipeline.NewJob) error {
 	return nil
 }
 
-func (s *Store) createJobTx(ctx context.Context, tx *wtx, now int64, nj pipeline.NewJob) (job pipeline.Job, created bool, err error) {
+// createJobTx inserts one job; readBack returns the stored row (bulk inserts
+// skip that read).
+func (s *Store) createJobTx(ctx context.Context, tx *wtx, now int64, nj pipeline.NewJob, readBack bool) (job pipeline.Job, created bool, err error) {
 	if len(nj.Input) == 0 {
 		nj.Input = json.RawMessage("{}")
 	}
@@ -146,6 +148,9 @@ func (s *Store) createJobTx(ctx context.Context, tx *wtx, now int64, nj pipeline
 		}
 	} else if err := enqueue(ctx, tx, now, nj.Queue, nj.ID, now); err != nil {
 		return job, false, err
+	}
+	if !readBack {
+		return job, true, nil
 	}
 	job, err = scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, nj.ID))
 	return job, true, err
