@@ -16,18 +16,27 @@ import (
 )
 
 func init() {
-	register("bench", "benchmarks: upload (S3 streaming vs minio-go)", bench)
+	register("bench", "benchmarks: upload (S3 streaming vs minio-go), api (durable submissions vs bare echo, with wrk)", bench)
 }
 
 func bench(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		fmt.Println(`Usage: edgepipe bench upload [--mib 1024] [--compare=true]
+       edgepipe bench api [--duration 10s] [--connections 64] [--threads 2]
 
 upload  streams --mib MiB of unknown length, generated on the fly, through
         the S3 driver (EDGEPIPE_S3_* settings) and prints MiB/s and peak RSS.
         With --compare (default) it also runs the reference — minio-go
         PutObject with size -1 and 16 MiB parts — each in its own process,
         and prints the ratio.
+
+api     runs wrk (Debian package wrk) against the real API (a fresh SQLite
+        database in a temporary directory, API only, no workers): every
+        request a POST /v1/jobs with its own Idempotency-Key, so every 202 is a
+        committed job. Then the same load against a bare echo handler that
+        answers 202 without doing anything, in the same run. Prints both
+        rates, p50/p99 latency, the ratio, and checks the database holds
+        exactly as many jobs as 202s were answered.
 
 The queue burn-down benchmark is a Go benchmark:
   go test ./storage/sqlite -run '^$' -bench BurnDown -benchtime 20000x`)
@@ -39,6 +48,8 @@ The queue burn-down benchmark is a Go benchmark:
 	switch args[0] {
 	case "upload":
 		return benchUpload(ctx, args[1:])
+	case "api":
+		return benchAPI(ctx, args[1:])
 	}
 	return fmt.Errorf("unknown benchmark %q (edgepipe bench --help)", args[0])
 }

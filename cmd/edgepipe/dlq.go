@@ -112,7 +112,14 @@ Lists dead letters, newest first. Without --all only those not yet redriven.`)
 		return err
 	}
 	if page.NextAfter != nil {
-		fmt.Fprintf(e.stdout, "more: edgepipe dlq list --after %d\n", *page.NextAfter)
+		more := "edgepipe dlq list"
+		if *all {
+			more += " --all"
+		}
+		if *limit != 100 {
+			more += " --limit " + strconv.Itoa(*limit)
+		}
+		fmt.Fprintf(e.stdout, "more: %s --after %d\n", more, *page.NextAfter)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -107,7 +108,7 @@ func (e *cliEnv) submit(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	replayed := resp.Header.Get(api.HeaderIdempotentReplayed) == "true"
+	replayed := resp.Header.Get(api.HeaderIdempotentReplayed) == "yes"
 	if !o.json {
 		id, st := clean(job.ID, 64), clean(string(job.Status), 32)
 		fmt.Fprintln(e.stdout, id)
@@ -170,11 +171,12 @@ type submitOutput struct {
 	Notes []string      `json:"notes,omitempty"`
 }
 
-// readStoryboard reads FILE (or stdin), checks that it is a JSON object and
-// sets instance_id when --id is given. The body is re-encoded compactly
-// with sorted top-level keys, so the derived key ignores formatting. It
-// also returns the number of scenes, the progress bar's total until the
-// server reports one.
+// readStoryboard reads FILE (or stdin), checks that it is one JSON object
+// and sets instance_id when --id is given. The body sent is the object
+// re-encoded canonically (keys sorted at every level, no white space,
+// numbers as written), so the derived key ignores formatting. It also
+// returns the number of scenes, the progress bar's total until the server
+// reports one.
 func (e *cliEnv) readStoryboard(file, id string) ([]byte, int, error) {
 	var r io.Reader
 	name := file
@@ -195,19 +197,25 @@ func (e *cliEnv) readStoryboard(file, id string) ([]byte, int, error) {
 	if len(raw) > maxStoryboardFile {
 		return nil, 0, fmt.Errorf("%s: larger than %d bytes", name, maxStoryboardFile)
 	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
-		if err == nil {
-			err = errors.New("not an object")
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var obj map[string]any
+	err = dec.Decode(&obj)
+	if err == nil && obj == nil {
+		err = errors.New("null")
+	}
+	if err == nil {
+		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+			err = errors.New("data after the object")
 		}
+	}
+	if err != nil {
 		return nil, 0, fmt.Errorf("%s: not a JSON object: %w", name, err)
 	}
 	if id != "" {
-		b, _ := json.Marshal(id)
-		obj["instance_id"] = b
+		obj["instance_id"] = id
 	}
-	var scenes []json.RawMessage
-	_ = json.Unmarshal(obj["scenes"], &scenes) // the server judges the content
+	scenes, _ := obj["scenes"].([]any) // the server judges the content
 	body, err := json.Marshal(obj)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: %w", name, err)
@@ -619,9 +627,23 @@ func newTracker(w io.Writer, tty bool, j api.JobResource, scenes int, now func()
 	return t
 }
 
+// detailInt reads a small non-negative number from an event's detail.
 func detailInt(d map[string]any, k string) (int, bool) {
-	f, ok := d[k].(float64)
-	if !ok || f < 0 || f > 1e6 {
+	var f float64
+	switch v := d[k].(type) {
+	case float64:
+		f = v
+	case int:
+		f = float64(v)
+	case json.Number:
+		var err error
+		if f, err = v.Float64(); err != nil {
+			return 0, false
+		}
+	default:
+		return 0, false
+	}
+	if f < 0 || f > 1e6 || f != float64(int(f)) {
 		return 0, false
 	}
 	return int(f), true

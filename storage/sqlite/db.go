@@ -22,6 +22,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
@@ -94,12 +95,14 @@ func (c Config) Validate() error {
 
 // Store is the SQLite job store and queue.
 type Store struct {
-	cfg   Config
-	write *sql.DB // exactly one connection
-	stmts stmtCache
-	read  *sql.DB
-	clock pipeline.Clock
-	log   *slog.Logger
+	cfg       Config
+	write     *sql.DB // exactly one connection
+	stmts     stmtCache
+	group     committer
+	closeOnce sync.Once
+	read      *sql.DB
+	clock     pipeline.Clock
+	log       *slog.Logger
 }
 
 // Open opens (creating if needed) the database and applies pending migrations.
@@ -158,6 +161,7 @@ func uriPath(p string) string {
 
 // Close closes both pools.
 func (s *Store) Close() error {
+	s.closeOnce.Do(s.closeGroupSafe)
 	s.stmts.close()
 	return errors.Join(s.read.Close(), s.write.Close())
 }
@@ -289,6 +293,20 @@ func timeOf(v sql.NullInt64) time.Time {
 		return time.Time{}
 	}
 	return fromMS(v.Int64)
+}
+
+var errClosed = errors.New("sqlite: store is closed")
+
+func (s *Store) closeGroupSafe() {
+	started := true
+	s.group.once.Do(func() { // never started: later submissions see it closed
+		started = false
+		s.group.reqs, s.group.stop = make(chan createReq), make(chan struct{})
+		close(s.group.stop)
+	})
+	if started {
+		s.closeGroup()
+	}
 }
 
 // ErrBusy is returned when the database stayed locked by another process for

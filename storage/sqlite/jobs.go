@@ -56,14 +56,7 @@ func (s *Store) CreateJob(ctx context.Context, nj pipeline.NewJob) (job pipeline
 	if err := validateNewJob(nj); err != nil {
 		return pipeline.Job{}, false, err
 	}
-	err = s.inTx(ctx, func(tx *wtx) error {
-		job, created, err = s.createJobTx(ctx, tx, s.now(), nj, true)
-		return err
-	})
-	if err != nil {
-		return pipeline.Job{}, false, err
-	}
-	return job, created, nil
+	return s.submitGrouped(ctx, nj)
 }
 
 // CreateJobs inserts many jobs in one transaction (bulk submission and the

@@ -511,3 +511,64 @@ func TestPathWithURIMetacharacters(t *testing.T) {
 		}
 	}
 }
+
+// Submissions share commits (group commit); one request's failure must not
+// fail the others committed with it, and none may be lost.
+func TestGroupCommitIsolatesFailures(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, "", nil)
+	mustCreate(t, s, newJob("v1-taken"))
+	const n = 200
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			nj := newJob(fmt.Sprintf("v1-g%03d", i))
+			switch i % 10 {
+			case 3: // an id that exists, under a fresh key: refused alone
+				nj.ID = "v1-taken"
+			case 7: // a reused key with another fingerprint: refused alone
+				nj.IdempotencyKey, nj.RequestFingerprint = "key-v1-taken", "other"
+			}
+			_, _, err := s.CreateJob(ctx, nj)
+			errs <- err
+		}()
+	}
+	var taken, reused, ok int
+	for range n {
+		switch err := <-errs; {
+		case err == nil:
+			ok++
+		case errors.Is(err, pipeline.ErrAlreadyExists):
+			taken++
+		case errors.Is(err, pipeline.ErrIdempotencyReused):
+			reused++
+		default:
+			t.Fatalf("unexpected error: %v", err)
+		}
+	}
+	if ok != 160 || taken != 20 || reused != 20 {
+		t.Fatalf("ok=%d taken=%d reused=%d", ok, taken, reused)
+	}
+	if c := countRows(t, s, `SELECT count(*) FROM jobs`); c != 161 {
+		t.Fatalf("%d jobs, want 161", c)
+	}
+	if c := countRows(t, s, `SELECT count(*) FROM queue_messages`); c != 161 {
+		t.Fatalf("%d messages, want 161", c)
+	}
+	if c := countRows(t, s, `SELECT count(*) FROM job_events WHERE kind = 'created'`); c != 161 {
+		t.Fatalf("%d created events, want 161", c)
+	}
+}
+
+func TestCreateAfterCloseFails(t *testing.T) {
+	t.Parallel()
+	s, err := Open(context.Background(), Config{Path: filepath.Join(t.TempDir(), "c.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, _, err := s.CreateJob(context.Background(), newJob("v1-late")); err == nil {
+		t.Fatal("created a job on a closed store")
+	}
+}

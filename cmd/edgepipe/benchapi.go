@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"time"
+
+	"edgepipe/api"
+	"edgepipe/routing"
+	"edgepipe/storage/fs"
+	"edgepipe/storage/sqlite"
+)
+
+// wrkScript is api/testdata/wrk-submit.lua, looked up next to the binary's
+// source tree or given by --script.
+func benchAPI(ctx context.Context, args []string) error {
+	fs_ := newFlags("bench api", "[--duration 10s] [--connections 64] [--threads 2] [--script api/testdata/wrk-submit.lua]",
+		"Durable submissions per second against a bare echo handler; see edgepipe bench --help.")
+	dur := fs_.Duration("duration", 10*time.Second, "how long each wrk run lasts")
+	conns := fs_.Int("connections", 64, "concurrent connections")
+	threads := fs_.Int("threads", 2, "wrk threads")
+	script := fs_.String("script", "api/testdata/wrk-submit.lua", "wrk Lua script that posts unique Idempotency-Keys")
+	if err := fs_.Parse(args); err != nil {
+		return err
+	}
+	if _, err := exec.LookPath("wrk"); err != nil {
+		return fmt.Errorf("wrk not found: install the Debian package wrk (apt-get install wrk)")
+	}
+	if _, err := os.Stat(*script); err != nil {
+		return fmt.Errorf("--script: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "edgepipe-bench-api-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	log := slog.New(slog.DiscardHandler)
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "edgepipe.db")})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	objs, err := fs.New(ctx, fs.Config{Root: filepath.Join(dir, "objects")})
+	if err != nil {
+		return err
+	}
+	router, err := routing.NewRouter(routing.Config{})
+	if err != nil {
+		return err
+	}
+	const token = "bench-token-0123456789"
+	srv, err := api.New(api.Config{Store: st, Objects: objs, Router: router, Tokens: map[string]string{token: "bench"}, Logger: log})
+	if err != nil {
+		return err
+	}
+	realURL, stopReal, err := serveLoopback(srv.Handler())
+	if err != nil {
+		return err
+	}
+	defer stopReal()
+	bareURL, stopBare, err := serveLoopback(api.BareHandler())
+	if err != nil {
+		return err
+	}
+	defer stopBare()
+
+	type result struct {
+		rps, accepted  float64
+		n202, non202   int
+		p50, p99       string
+	}
+	runWrk := func(url string) (result, error) {
+		cmd := exec.CommandContext(ctx, "wrk", "-t"+strconv.Itoa(*threads), "-c"+strconv.Itoa(*conns),
+			"-d"+dur.String(), "--latency", "-s", *script, url)
+		cmd.Env = append(os.Environ(), "EDGEPIPE_TOKEN="+token)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return result{}, fmt.Errorf("wrk: %v: %s", err, out)
+		}
+		var r result
+		text := string(out)
+		if m := regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`).FindStringSubmatch(text); m != nil {
+			r.rps, _ = strconv.ParseFloat(m[1], 64)
+		}
+		if m := regexp.MustCompile(`accepted_202=(\d+) non_202=(\d+) accepted_per_sec=([0-9.]+)`).FindStringSubmatch(text); m != nil {
+			r.n202, _ = strconv.Atoi(m[1])
+			r.non202, _ = strconv.Atoi(m[2])
+			r.accepted, _ = strconv.ParseFloat(m[3], 64)
+		}
+		if m := regexp.MustCompile(`(?m)^\s+50%\s+(\S+)`).FindStringSubmatch(text); m != nil {
+			r.p50 = m[1]
+		}
+		if m := regexp.MustCompile(`(?m)^\s+99%\s+(\S+)`).FindStringSubmatch(text); m != nil {
+			r.p99 = m[1]
+		}
+		if r.rps == 0 {
+			return r, fmt.Errorf("could not read wrk's output: %s", text)
+		}
+		return r, nil
+	}
+	real, err := runWrk(realURL)
+	if err != nil {
+		return err
+	}
+	bare, err := runWrk(bareURL)
+	if err != nil {
+		return err
+	}
+	counts, err := st.CountByStatus(ctx)
+	if err != nil {
+		return err
+	}
+	stored := 0
+	for _, n := range counts {
+		stored += n
+	}
+	fmt.Printf("durable submissions: %8.0f /s  (202s: %d, other: %d)  p50 %s  p99 %s\n", real.accepted, real.n202, real.non202, real.p50, real.p99)
+	fmt.Printf("bare echo handler:   %8.0f /s  p50 %s  p99 %s\n", bare.rps, bare.p50, bare.p99)
+	fmt.Printf("durable / bare: %.1f%%   jobs in the database: %d\n", 100*real.accepted/bare.rps, stored)
+	// wrk stops counting at the deadline while up to one request per
+	// connection is still in flight; those commit but go uncounted.
+	if stored < real.n202 || stored > real.n202+*conns {
+		return fmt.Errorf("the database holds %d jobs but %d submissions were answered 202", stored, real.n202)
+	}
+	if real.non202 != 0 {
+		return fmt.Errorf("%d submissions were not answered 202", real.non202)
+	}
+	return nil
+}
+
+func serveLoopback(h http.Handler) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			fmt.Fprintln(os.Stderr, "bench server:", err)
+		}
+	}()
+	return "http://" + ln.Addr().String(), func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}
+
