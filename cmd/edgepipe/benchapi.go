@@ -74,9 +74,9 @@ func benchAPI(ctx context.Context, args []string) error {
 	defer stopBare()
 
 	type result struct {
-		rps, accepted  float64
-		n202, non202   int
-		p50, p99       string
+		rps, accepted float64
+		n202, non202  int
+		p50, p99      string
 	}
 	runWrk := func(url string) (result, error) {
 		cmd := exec.CommandContext(ctx, "wrk", "-t"+strconv.Itoa(*threads), "-c"+strconv.Itoa(*conns),
@@ -154,4 +154,3 @@ func serveLoopback(h http.Handler) (string, func(), error) {
 		_ = srv.Shutdown(ctx)
 	}, nil
 }
-
