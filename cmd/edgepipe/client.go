@@ -68,7 +68,10 @@ type cliEnv struct {
 	// event stream; it doubles up to reconnectMax.
 	reconnectDelay time.Duration
 	reconnectMax   time.Duration
-	now            func() time.Time
+	// streamIdle is how long an event stream may stay silent (the server
+	// sends a keep-alive comment every 15 s) before it is dropped.
+	streamIdle time.Duration
+	now        func() time.Time
 }
 
 func osEnv() *cliEnv {
@@ -78,6 +81,7 @@ func osEnv() *cliEnv {
 		tty:            isTerminal(os.Stderr),
 		reconnectDelay: 500 * time.Millisecond,
 		reconnectMax:   10 * time.Second,
+		streamIdle:     45 * time.Second,
 		now:            time.Now,
 	}
 }

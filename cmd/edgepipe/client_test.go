@@ -64,7 +64,8 @@ func newTestCLI(t *testing.T, url string, kv ...string) *testCLI {
 	tc.cliEnv = &cliEnv{
 		stdin: strings.NewReader(""), stdout: tc.out, stderr: tc.errOut,
 		getenv: func(k string) string { return env[k] }, environ: environ,
-		reconnectDelay: time.Millisecond, reconnectMax: 5 * time.Millisecond, now: time.Now,
+		reconnectDelay: time.Millisecond, reconnectMax: 5 * time.Millisecond,
+		streamIdle: 10 * time.Second, now: time.Now,
 	}
 	return tc
 }
@@ -323,6 +324,9 @@ func TestUsageErrors(t *testing.T) {
 		{"status with two ids", func(c *testCLI) error { return c.status(context.Background(), []string{"a", "b"}) }, `unexpected argument "b"`},
 		{"dlq unknown", func(c *testCLI) error { return c.dlq(context.Background(), []string{"purge"}) }, `unknown dlq command "purge"`},
 		{"redrive non-number", func(c *testCLI) error { return c.dlq(context.Background(), []string{"redrive", "x"}) }, "positive whole number"},
+		{"key with a newline", func(c *testCLI) error {
+			return c.submit(context.Background(), []string{demoFile, "--key", "a\nb"})
+		}, "--key must be 1 to 255 printable ASCII characters"},
 		{"out without wait", func(c *testCLI) error {
 			return c.submit(context.Background(), []string{"f.json", "--out", "x.mp4"})
 		}, "--out needs --wait"},

@@ -96,6 +96,10 @@ func (e *cliEnv) submit(ctx context.Context, args []string) error {
 	}
 	if o.key == "" {
 		o.key = derivedKey(body)
+	} else if len(o.key) > api.MaxIdempotencyKeyLen || strings.IndexFunc(o.key, func(r rune) bool { return r < 0x20 || r > 0x7e }) >= 0 {
+		// The server's rule; checked here because net/http would refuse a
+		// control character with a confusing error of its own.
+		return fmt.Errorf("%w: --key must be 1 to %d printable ASCII characters", errUsage, api.MaxIdempotencyKeyLen)
 	}
 	c, err := e.newClient(cf, false)
 	if err != nil {
@@ -108,7 +112,7 @@ func (e *cliEnv) submit(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	replayed := resp.Header.Get(api.HeaderIdempotentReplayed) == "yes"
+	replayed := resp.Header.Get(api.HeaderIdempotentReplayed) == "true"
 	if !o.json {
 		id, st := clean(job.ID, 64), clean(string(job.Status), 32)
 		fmt.Fprintln(e.stdout, id)
@@ -287,8 +291,8 @@ func (c *client) follow(ctx context.Context, job api.JobResource, tr *tracker) (
 // stream reads one connection of the event stream, resuming after *last.
 // settled reports that an event moved the job to a settled status; got,
 // that at least one event arrived.
-func (c *client) stream(ctx context.Context, id string, last *int64, tr *tracker) (settled, got bool, err error) {
-	ctx, cancel := context.WithCancel(ctx)
+func (c *client) stream(parent context.Context, id string, last *int64, tr *tracker) (settled, got bool, err error) {
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	hdr := http.Header{}
 	hdr.Set("Accept", "text/event-stream")
@@ -300,12 +304,20 @@ func (c *client) stream(ctx context.Context, id string, last *int64, tr *tracker
 		return false, false, err
 	}
 	defer resp.Body.Close()
-	sr := newSSEReader(resp.Body)
+	// The server sends a comment at least every 15 s. A connection that
+	// stays silent much longer died without a reset (a NAT or proxy lost
+	// it): drop it and reconnect rather than wait forever.
+	idle := time.AfterFunc(c.env.streamIdle, cancel)
+	defer idle.Stop()
+	sr := newSSEReader(&watchdogReader{r: resp.Body, idle: idle, d: c.env.streamIdle})
 	for {
 		ev, err := sr.next()
 		if err != nil {
-			if errors.Is(err, io.EOF) {
+			switch {
+			case errors.Is(err, io.EOF):
 				err = nil
+			case ctx.Err() != nil && parent.Err() == nil:
+				err = errStreamSilent
 			}
 			return false, got, err
 		}
@@ -325,6 +337,25 @@ func (c *client) stream(ctx context.Context, id string, last *int64, tr *tracker
 			return true, true, nil
 		}
 	}
+}
+
+// errStreamSilent: the event stream sent nothing, not even a keep-alive,
+// for longer than the idle limit.
+var errStreamSilent = errors.New("the event stream went silent")
+
+// watchdogReader pushes the idle timer back whenever bytes arrive.
+type watchdogReader struct {
+	r    io.Reader
+	idle *time.Timer
+	d    time.Duration
+}
+
+func (w *watchdogReader) Read(p []byte) (int, error) {
+	n, err := w.r.Read(p)
+	if n > 0 {
+		w.idle.Reset(w.d)
+	}
+	return n, err
 }
 
 // sseEvent is one dispatched Server-Sent Event.

@@ -186,6 +186,9 @@ type waitServer struct {
 	// holdOpen keeps the stream open after the script, as a proxy that
 	// buffers the close might: the client must stop at the settled event.
 	holdOpen bool
+	// stallAfter > 0: the first connection goes silent (no keep-alives)
+	// after this many events, like a connection a NAT forgot.
+	stallAfter int
 
 	mu       sync.Mutex
 	conns    int
@@ -213,6 +216,10 @@ func (s *waitServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		for _, m := range s.script {
 			if m.ID <= after {
 				continue
+			}
+			if first && s.stallAfter > 0 && n == s.stallAfter {
+				<-r.Context().Done()
+				return
 			}
 			if first && n == s.dropAfter {
 				// A half-written event, then the connection drops.
@@ -686,5 +693,22 @@ func TestStoryboardCanonicalForm(t *testing.T) {
 	want := `{"a":null,"b":"\u003c\u0026\u003e","instance_id":"v2-x","scenes":[{"x":12345678901234567890,"y":1500.0,"z":1e3}]}`
 	if string(body) != want || scenes != 1 {
 		t.Errorf("body %s (%d scenes)\nwant %s", body, scenes, want)
+	}
+}
+
+// TestSubmitWaitReconnectsASilentStream: a stream that goes silent without
+// closing is dropped after the idle limit and resumed with Last-Event-ID.
+func TestSubmitWaitReconnectsASilentStream(t *testing.T) {
+	t.Parallel()
+	mp4 := []byte("x")
+	ws := &waitServer{t: t, id: "v1-stall", script: successScript(), dropAfter: -1, stallAfter: 3, final: succeededJob("v1-stall", mp4), mp4: mp4}
+	srv, _ := serveCanned(t, ws)
+	c := newTestCLI(t, srv.URL)
+	c.streamIdle = 100 * time.Millisecond
+	if err := c.submit(context.Background(), []string{demoFile, "--wait", "--out", filepath.Join(t.TempDir(), "x.mp4"), "--timeout", "10s"}); err != nil {
+		t.Fatalf("%v\n%s", err, c.errOut)
+	}
+	if ws.conns != 2 || ws.lastIDs[1] != "3" {
+		t.Errorf("connections %d with Last-Event-ID %q; want a second one resuming after 3", ws.conns, ws.lastIDs)
 	}
 }
