@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -235,6 +236,9 @@ func backToPage(c echo.Context, msg string) error {
 	return c.Redirect(http.StatusSeeOther, "/admin?done="+url.QueryEscape(msg))
 }
 
+// doneMessage matches exactly the messages backToPage is given.
+var doneMessage = regexp.MustCompile(`^(Job [A-Za-z0-9_-]{1,64}: (retry|fail) recorded\.|Dead letter [0-9]{1,19}: job [A-Za-z0-9_-]{1,64} redriven to [A-Za-z0-9_-]{1,80}\.)$`)
+
 // adminPageData feeds templates/admin.html.
 type adminPageData struct {
 	Now         time.Time
@@ -273,7 +277,11 @@ func (s *Server) adminPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	data := adminPageData{Now: s.cfg.Clock.Now(), Done: c.QueryParam("done"), CSRF: s.csrf,
+	done := c.QueryParam("done")
+	if !doneMessage.MatchString(done) {
+		done = "" // only messages backToPage wrote: a crafted link cannot put words on the page
+	}
+	data := adminPageData{Now: s.cfg.Clock.Now(), Done: done, CSRF: s.csrf,
 		MoreJobs: next.ID != "", MoreDL: len(dls) == pageRows, Bindings: s.cfg.Router.Config().Bindings.String()}
 	for _, st := range pipeline.AllStatuses {
 		alert := (st == pipeline.StatusNeedsReview || st == pipeline.StatusDeadLettered) && counts[st] > 0

@@ -244,4 +244,9 @@ func TestAdminPageAndForms(t *testing.T) {
 	if !strings.Contains(w.Body.String(), "fail recorded") || !strings.Contains(w.Body.String(), "1 item needs you") {
 		t.Fatalf("after redirect: %s", w.Body)
 	}
+	// A crafted link cannot put its own words on the page.
+	w = e.do(t, req{method: http.MethodGet, path: "/admin?done=" + url.QueryEscape("Your session expired, call +1 555"), hdr: map[string]string{"Authorization": "Bearer " + tokAdmin}})
+	if strings.Contains(w.Body.String(), "session expired") {
+		t.Fatal("arbitrary done message shown")
+	}
 }

@@ -167,6 +167,7 @@ func sanitizeLine(s string) string {
 }
 
 func flush(bw *bufio.Writer, w *echo.Response) error {
+	extendWriteDeadline(w)
 	if err := bw.Flush(); err != nil {
 		return err
 	}

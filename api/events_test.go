@@ -300,3 +300,23 @@ func TestCloseStreamsEndsOpenStreams(t *testing.T) {
 		t.Fatal("stream still open after CloseStreams")
 	}
 }
+
+// A server-wide WriteTimeout does not cut a stream short: each write gets
+// its own deadline.
+func TestEventsOutliveServerWriteTimeout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.SSEHeartbeat = 30 * time.Millisecond })
+	ts := httptest.NewUnstartedServer(e.h)
+	ts.Config.WriteTimeout = 100 * time.Millisecond
+	ts.Start()
+	t.Cleanup(ts.Close)
+	j := e.mustSubmit(t, tokAcme, "k1")
+	s := openStream(t, ts.URL, j.ID, "", "")
+	s.take(t, 1)
+	time.Sleep(300 * time.Millisecond) // three times the server's write timeout
+	c := e.claim(t, "render-v1")
+	e.toReview(t, c)
+	if got := s.rest(t); len(got) != 2 || got[1].data.To != pipeline.StatusNeedsReview {
+		t.Fatalf("after the write timeout: %+v", got)
+	}
+}

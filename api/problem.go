@@ -160,6 +160,11 @@ func (s *Server) handleError(err error, c echo.Context) {
 		s.log.Debug("error after the response started", "path", c.Path(), "err", err)
 		return
 	}
+	if c.Request().Context().Err() != nil && errors.Is(err, context.Canceled) {
+		// The client went away; nobody is left to answer or to alarm.
+		s.log.Debug("client gone", "path", c.Path())
+		return
+	}
 	p := problemFor(err)
 	rid := c.Response().Header().Get(echo.HeaderXRequestID)
 	if p.Status >= 500 {

@@ -53,7 +53,7 @@ func (s *Server) result(c echo.Context) error {
 	}
 	obj := &objectReader{ctx: ctx, store: s.cfg.Objects, key: a.Key, size: a.SizeBytes}
 	defer obj.Close()
-	http.ServeContent(c.Response(), c.Request(), "", a.CreatedAt, obj)
+	http.ServeContent(deadlineWriter{c.Response()}, c.Request(), "", a.CreatedAt, obj)
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"html/template"
 	"log/slog"
@@ -176,7 +177,10 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		start := time.Now()
 		err := next(c)
 		code := c.Response().Status
-		if err != nil {
+		switch {
+		case err != nil && c.Request().Context().Err() != nil && errors.Is(err, context.Canceled):
+			code = 499 // client closed the request (nginx's convention)
+		case err != nil:
 			code = problemFor(err).Status
 		}
 		route := c.Path()
@@ -184,7 +188,9 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			route = "unmatched"
 		}
 		s.cfg.Metrics.request(c.Request().Method, route, code)
-		s.log.Debug("request", "method", c.Request().Method, "route", route, "status", code, "took", time.Since(start))
+		if s.log.Enabled(c.Request().Context(), slog.LevelDebug) {
+			s.log.Debug("request", "method", c.Request().Method, "route", route, "status", code, "took", time.Since(start))
+		}
 		return err
 	}
 }

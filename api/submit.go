@@ -64,6 +64,8 @@ func (s *Server) submit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// The store group-commits concurrent submissions (one commit for many,
+	// each in its own savepoint), and returns only once this one is durable.
 	job, created, err := s.cfg.Store.CreateJob(r.Context(), nj)
 	if errors.Is(err, pipeline.ErrAlreadyExists) && req.InstanceID != nil {
 		return problem(http.StatusConflict, "instance_id_taken", "another job already uses this instance_id; choose another or leave it out")

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -232,6 +233,13 @@ func TestSubmitCallerInstanceID(t *testing.T) {
 			}
 		}
 	}
+	// Resubmitting a pinned id with its key is a replay, not a creation.
+	for _, tc := range cases[:3] {
+		w := e.submit(t, tokAcme, "inst-"+tc.id, withField("instance_id", tc.id))
+		if w.Code != 202 || w.Header().Get(HeaderIdempotentReplayed) != "true" || decode[JobResource](t, w).ID != tc.id {
+			t.Fatalf("replay of %s: %d replayed=%q %s", tc.id, w.Code, w.Header().Get(HeaderIdempotentReplayed), w.Body)
+		}
+	}
 	// An id is unique across tenants and keys.
 	for _, tok := range []string{tokAcme, tokGlobex} {
 		w := e.submit(t, tok, "another-key", withField("instance_id", "v1-mine_1"))
@@ -254,45 +262,92 @@ func TestSubmitCallerInstanceID(t *testing.T) {
 }
 
 // Twenty clients submitting one key at the same moment create one job: one
-// answer is the creation, the others replay it.
+// answer is the creation, the others replay it. Both id paths: minted ids
+// go through the group commit, caller-chosen ones do not.
 func TestSubmitConcurrentSameKeyCreatesOneJob(t *testing.T) {
 	t.Parallel()
+	for name, body := range map[string]string{"minted id": validBody, "caller id": withField("instance_id", "v1-raced")} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			const n = 20
+			var (
+				wg    sync.WaitGroup
+				start = make(chan struct{})
+				res   = make([]*httptest.ResponseRecorder, n)
+			)
+			for i := range n {
+				wg.Go(func() {
+					<-start
+					res[i] = e.submit(t, tokAcme, "race-key", body)
+				})
+			}
+			close(start)
+			wg.Wait()
+			ids := map[string]bool{}
+			created := 0
+			for i, w := range res {
+				if w.Code != 202 {
+					t.Fatalf("request %d: %d %s", i, w.Code, w.Body)
+				}
+				if w.Header().Get(HeaderIdempotentReplayed) == "" {
+					created++
+				}
+				ids[decode[JobResource](t, w).ID] = true
+			}
+			if created != 1 || len(ids) != 1 {
+				t.Fatalf("%d creations and %d distinct ids, want 1 and 1", created, len(ids))
+			}
+			jobs, _, err := e.store.ListJobs(context.Background(), pipeline.ListFilter{Tenant: "acme"})
+			if err != nil || len(jobs) != 1 {
+				t.Fatalf("%d jobs in the store (%v), want 1", len(jobs), err)
+			}
+			total, _, _ := e.store.QueueDepth(context.Background(), "render-v1")
+			if total != 1 {
+				t.Fatalf("%d queue messages, want 1", total)
+			}
+		})
+	}
+}
+
+// Many different submissions at once share commits; a bad one among them
+// (a reused key) gets its 422 without costing the others anything.
+func TestSubmitConcurrentDistinctKeys(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	const n = 20
-	var (
-		wg    sync.WaitGroup
-		start = make(chan struct{})
-		res   = make([]*httptest.ResponseRecorder, n)
-	)
+	e.mustSubmit(t, tokAcme, "taken")
+	const n = 40
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	res := make([]*httptest.ResponseRecorder, n)
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			res[i] = e.submit(t, tokAcme, "race-key", validBody)
+			if i == n/2 {
+				res[i] = e.submit(t, tokAcme, "taken", withField("title", "different"))
+				return
+			}
+			res[i] = e.submit(t, tokAcme, fmt.Sprintf("key-%d", i), validBody)
 		})
 	}
 	close(start)
 	wg.Wait()
 	ids := map[string]bool{}
-	created := 0
 	for i, w := range res {
-		if w.Code != 202 {
-			t.Fatalf("request %d: %d %s", i, w.Code, w.Body)
+		if i == n/2 {
+			if w.Code != 422 {
+				t.Fatalf("reused key: %d %s", w.Code, w.Body)
+			}
+			continue
 		}
-		if w.Header().Get(HeaderIdempotentReplayed) == "" {
-			created++
+		if w.Code != 202 || w.Header().Get(HeaderIdempotentReplayed) != "" {
+			t.Fatalf("request %d: %d replayed=%q %s", i, w.Code, w.Header().Get(HeaderIdempotentReplayed), w.Body)
 		}
 		ids[decode[JobResource](t, w).ID] = true
 	}
-	if created != 1 || len(ids) != 1 {
-		t.Fatalf("%d creations and %d distinct ids, want 1 and 1", created, len(ids))
-	}
-	jobs, _, err := e.store.ListJobs(context.Background(), pipeline.ListFilter{Tenant: "acme"})
-	if err != nil || len(jobs) != 1 {
-		t.Fatalf("%d jobs in the store (%v), want 1", len(jobs), err)
-	}
-	total, _, _ := e.store.QueueDepth(context.Background(), "render-v1")
-	if total != 1 {
-		t.Fatalf("%d queue messages, want 1", total)
+	jobs, _, _ := e.store.ListJobs(context.Background(), pipeline.ListFilter{Tenant: "acme", Limit: 500})
+	if len(ids) != n-1 || len(jobs) != n {
+		t.Fatalf("%d distinct ids answered, %d jobs stored; want %d and %d", len(ids), len(jobs), n-1, n)
 	}
 }
 

@@ -110,6 +110,7 @@ type Metrics interface {
 	BytesUploaded(kind string, n int64)
 	StageDuration(stage string, d time.Duration)
 	UnitReused(kind string)
+	RetryScheduled(code string)
 }
 
 type nopMetrics struct{}
@@ -118,6 +119,7 @@ func (nopMetrics) ProviderCall(string, string)         {}
 func (nopMetrics) BytesUploaded(string, int64)         {}
 func (nopMetrics) StageDuration(string, time.Duration) {}
 func (nopMetrics) UnitReused(string)                   {}
+func (nopMetrics) RetryScheduled(string)               {}
 
 func (c *EngineConfig) setDefaults() {
 	if c.Retry.MaxAttempts == 0 {
@@ -243,6 +245,9 @@ func (e *Engine) Forget(jobID string) {
 func (e *Engine) outcome(c Claimed, err error) Outcome {
 	ce := Classify(err)
 	d := e.cfg.Retry.Decide(ce, c.Lease.Attempt, e.cfg.Clock.Now())
+	if d.Status == StatusRetryWait {
+		e.cfg.Metrics.RetryScheduled(ce.Code)
+	}
 	return OutcomeFor(d, ce)
 }
 

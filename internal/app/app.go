@@ -235,6 +235,8 @@ func (a *App) Build(ctx context.Context, withAPI, withSweeper bool, workers int)
 			return nil, fmt.Errorf("EDGEPIPE_ADDR: %w", err)
 		}
 		p.HTTP = &http.Server{Handler: p.API.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		// Event streams would otherwise hold a graceful shutdown open.
+		p.HTTP.RegisterOnShutdown(p.API.CloseStreams)
 	}
 	return p, nil
 }

@@ -1,0 +1,296 @@
+package pipeline_test
+
+// Engine tests written from surviving mutants of `make mutation` (gremlins):
+// each checks that an EngineConfig setting is honoured when given and
+// defaulted when left zero, which no other test observed.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"edgepipe/pipeline"
+	"edgepipe/provider/fake"
+)
+
+var errTransientFP = &pipeline.ClassifiedError{Class: pipeline.ClassTransient, Code: "test_transient", Message: "injected"}
+
+// runOnce claims the job on render-v1 with a long lease (so a test may move
+// the clock by minutes) and runs one attempt without recording its outcome.
+func runOnce(t *testing.T, h *harness) (pipeline.Claimed, pipeline.Outcome) {
+	t.Helper()
+	ctx := context.Background()
+	cs, _, err := h.store.Fetch(ctx, "render-v1", "test-worker", 1, time.Hour)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("fetch: %d claimed, %v", len(cs), err)
+	}
+	o, err := h.engine.Run(ctx, cs[0])
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	return cs[0], o
+}
+
+func withConfig(f func(*pipeline.EngineConfig)) harnessOpt {
+	return func(ec *pipeline.EngineConfig, _ *fake.Config) { f(ec) }
+}
+
+// A transient failure is rescheduled by the configured policy, on the
+// configured clock: attempt 1 with Base 1 s and a jitter draw of 0.5 waits
+// exactly 500 ms from the manual clock's now.
+func TestEngineUsesConfiguredRetryPolicyAndClock(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) {
+		ec.Retry = pipeline.RetryPolicy{Base: time.Second, Cap: 10 * time.Second, MaxAttempts: 2, Rand: func() float64 { return 0.5 }}
+	}))
+	h.submit("v1-retry", board(img("a lighthouse", "", 600)))
+	h.fp.set("after_claim", func(context.Context) error { return errTransientFP })
+	_, o, err := h.attempt("render-v1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Status != pipeline.StatusRetryWait || o.ErrorCode != "test_transient" {
+		t.Fatalf("outcome %+v, want retry_wait test_transient", o)
+	}
+	if want := t0.Add(500 * time.Millisecond); !o.NextRunAt.Equal(want) {
+		t.Fatalf("NextRunAt = %s, want %s (policy Base 1s, jitter 0.5, manual clock)", o.NextRunAt, want)
+	}
+	// MaxAttempts 2: the second transient failure dead-letters the job.
+	h.clock.Advance(time.Second)
+	_, o, err = h.attempt("render-v1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Status != pipeline.StatusDeadLettered || o.Reason != pipeline.ReasonRetriesExhausted {
+		t.Fatalf("second outcome %+v, want dead_lettered retries_exhausted", o)
+	}
+}
+
+// A zero RetryPolicy means the default one (5 attempts), not "never retry".
+func TestEngineZeroRetryPolicyIsDefault(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) { ec.Retry = pipeline.RetryPolicy{} }))
+	h.submit("v1-zero", board(img("a lighthouse", "", 600)))
+	h.fp.set("after_claim", func(context.Context) error { return errTransientFP })
+	for attempt := 1; attempt <= 4; attempt++ {
+		c, o := runOnce(t, h)
+		if o.Status != pipeline.StatusRetryWait {
+			t.Fatalf("attempt %d: %+v, want retry_wait (default policy retries 5 times)", attempt, o)
+		}
+		d := o.NextRunAt.Sub(h.clock.Now())
+		if ceiling := pipeline.DefaultRetryPolicy().Ceiling(attempt); d < 0 || d > ceiling {
+			t.Fatalf("attempt %d: backoff %s outside the default policy's [0, %s]", attempt, d, ceiling)
+		}
+		if err := h.store.Finish(context.Background(), c.Lease, o); err != nil {
+			t.Fatalf("finish: %v", err)
+		}
+		h.clock.Set(o.NextRunAt.Add(time.Millisecond))
+	}
+	if _, o := runOnce(t, h); o.Status != pipeline.StatusDeadLettered {
+		t.Fatalf("attempt 5: %+v, want dead_lettered", o)
+	}
+}
+
+// syncBuffer is an io.Writer safe for the engine's concurrent logging.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// The configured logger receives the engine's records; none configured
+// means a discarding one, never a nil-pointer panic.
+func TestEngineLogger(t *testing.T) {
+	t.Parallel()
+	t.Run("configured", func(t *testing.T) {
+		t.Parallel()
+		var buf syncBuffer
+		h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) {
+			ec.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		}))
+		h.submit("v1-logged", board(img("a lighthouse", "", 600)))
+		h.fp.set("after_claim", func(context.Context) error { return errTransientFP })
+		if _, _, err := h.attempt("render-v1", true); err != nil {
+			t.Fatal(err)
+		}
+		if out := buf.String(); !strings.Contains(out, "attempt failed") || !strings.Contains(out, "v1-logged") {
+			t.Fatalf("log output %q lacks the failed attempt of v1-logged", out)
+		}
+	})
+	t.Run("nil", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) { ec.Logger = nil }))
+		h.submit("v1-quiet", board(img("a lighthouse", "", 600)))
+		h.fp.set("after_claim", once(errTransientFP))
+		if _, o, err := h.attempt("render-v1", true); err != nil || o.Status != pipeline.StatusRetryWait {
+			t.Fatalf("failing attempt: %+v, %v", o, err)
+		}
+		h.drain(5)
+		if st := h.job("v1-quiet").Status; st != pipeline.StatusSucceeded {
+			t.Fatalf("job ended %s, want succeeded", st)
+		}
+	})
+}
+
+// Scratch space is made under the configured TempDir: when it cannot be
+// made there the attempt fails as a transient local-disk error instead of
+// silently using another disk.
+func TestEngineTempDirHonoured(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "no", "such", "dir")
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) { ec.TempDir = missing }))
+	h.submit("v1-tmp", board(img("a lighthouse", "", 600)))
+	_, o, err := h.attempt("render-v1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Status != pipeline.StatusRetryWait || o.ErrorCode != "local_disk_error" {
+		t.Fatalf("outcome %+v, want retry_wait local_disk_error", o)
+	}
+}
+
+// concurrencyProbe counts image calls in flight. Each call waits (up to
+// 300 ms) for one more call than the limit to join it, so a loose limit is
+// seen for certain and a correct one costs 300 ms per round.
+type concurrencyProbe struct {
+	limit         int32
+	inFlight, max atomic.Int32
+}
+
+func (p *concurrencyProbe) before(ctx context.Context, op, _ string) error {
+	if op != pipeline.OpImage {
+		return nil
+	}
+	n := p.inFlight.Add(1)
+	defer p.inFlight.Add(-1)
+	for {
+		m := p.max.Load()
+		if n <= m || p.max.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for p.inFlight.Load() <= p.limit && time.Now().Before(deadline) {
+		select {
+		case <-time.After(5 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// UnitConcurrency bounds the scenes generated at once; zero means 4.
+func TestEngineUnitConcurrency(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name       string
+		configured int
+		limit      int32
+	}{
+		{"configured 2", 2, 2},
+		{"default", 0, 4},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			probe := &concurrencyProbe{limit: tt.limit}
+			h := newHarness(t,
+				withConfig(func(ec *pipeline.EngineConfig) { ec.UnitConcurrency = tt.configured }),
+				withProviders(func(pipeline.Providers) pipeline.Providers { return &hookProviders{before: probe.before} }))
+			var scenes []pipeline.Scene
+			for i := range 8 {
+				scenes = append(scenes, img(strings.Repeat("x", i+1), "", 600))
+			}
+			h.submit("v1-conc", board(scenes...))
+			if _, o, err := h.attempt("render-v1", true); err != nil || o.Status != pipeline.StatusSucceeded {
+				t.Fatalf("attempt: %+v, %v", o, err)
+			}
+			if got := probe.max.Load(); got > tt.limit || got < 2 {
+				t.Fatalf("%d image calls ran at once, want between 2 and %d", got, tt.limit)
+			}
+		})
+	}
+}
+
+// stallProviders submits videos that never finish, moving the manual clock
+// by step on every status poll.
+type stallProviders struct {
+	pipeline.Providers
+	clock atomic.Pointer[pipeline.ManualClock]
+	step  time.Duration
+	polls atomic.Int32
+}
+
+func (p *stallProviders) setInner(in pipeline.Providers) { p.Providers = in }
+
+func (p *stallProviders) SubmitVideo(context.Context, pipeline.CallMeta, pipeline.VideoRequest) (string, error) {
+	return "stalled-video", nil
+}
+
+// errPollLimit ends a run that polls far past any expected deadline quickly,
+// as a poll failure the test then reports, instead of letting it spin.
+var errPollLimit = errors.New("poll limit reached")
+
+func (p *stallProviders) VideoStatus(context.Context, string) (pipeline.VideoState, error) {
+	if p.polls.Add(1) > 20 {
+		return pipeline.VideoState{}, errPollLimit
+	}
+	p.clock.Load().Advance(p.step)
+	return pipeline.VideoState{}, nil
+}
+
+func (p *stallProviders) FetchVideo(context.Context, string) (pipeline.Media, error) {
+	return pipeline.Media{Body: io.NopCloser(strings.NewReader(""))}, errors.New("never done")
+}
+
+// An async video that does not finish within VideoTimeout (by the engine's
+// clock) ends the attempt as transient provider_job_slow; unset, the
+// timeout is 10 minutes.
+func TestEngineVideoTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name      string
+		timeout   time.Duration
+		wantPolls int32
+	}{
+		// Polls at +1m, +2m (not after the deadline), +3m (after): 3.
+		{"configured 2m", 2 * time.Minute, 3},
+		{"default 10m", 0, 11},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			sp := &stallProviders{step: time.Minute}
+			h := newHarness(t,
+				withConfig(func(ec *pipeline.EngineConfig) { ec.VideoTimeout = tt.timeout }),
+				withProviders(func(pipeline.Providers) pipeline.Providers { return sp }))
+			sp.clock.Store(h.clock)
+			h.submit("v1-stall", board(vid("slow clouds", "", 600)))
+			_, o := runOnce(t, h)
+			if o.Status != pipeline.StatusRetryWait || o.ErrorCode != "provider_job_slow" {
+				t.Fatalf("outcome %+v, want retry_wait provider_job_slow", o)
+			}
+			if got := sp.polls.Load(); got != tt.wantPolls {
+				t.Fatalf("%d status polls before giving up, want %d", got, tt.wantPolls)
+			}
+		})
+	}
+}
