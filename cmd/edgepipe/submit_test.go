@@ -340,7 +340,7 @@ func TestSubmitWaitJSON(t *testing.T) {
 	srv, _ := serveCanned(t, ws)
 	c := newTestCLI(t, srv.URL)
 	out := filepath.Join(t.TempDir(), "x.mp4")
-	if err := c.submit(context.Background(), []string{demoFile, "--wait", "--json", "--out", out, "--timeout", "5s"}); err != nil {
+	if err := c.submit(context.Background(), []string{demoFile, "--wait", "--json", "--out", out, "--timeout", "60s"}); err != nil {
 		t.Fatal(err)
 	}
 	var got submitOutput
@@ -705,7 +705,7 @@ func TestSubmitWaitReconnectsASilentStream(t *testing.T) {
 	srv, _ := serveCanned(t, ws)
 	c := newTestCLI(t, srv.URL)
 	c.streamIdle = 100 * time.Millisecond
-	if err := c.submit(context.Background(), []string{demoFile, "--wait", "--out", filepath.Join(t.TempDir(), "x.mp4"), "--timeout", "10s"}); err != nil {
+	if err := c.submit(context.Background(), []string{demoFile, "--wait", "--out", filepath.Join(t.TempDir(), "x.mp4"), "--timeout", "60s"}); err != nil {
 		t.Fatalf("%v\n%s", err, c.errOut)
 	}
 	if ws.conns != 2 || ws.lastIDs[1] != "3" {
