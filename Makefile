@@ -2,7 +2,7 @@
 GO ?= go
 export CGO_ENABLED := 1
 
-.PHONY: setup run test build vet bench demo images chaos mutation
+.PHONY: setup run test build vet bench demo images acceptance up chaos mutation
 
 build:
 	$(GO) build -o bin/edgepipe ./cmd/edgepipe
@@ -22,3 +22,12 @@ test:
 
 bench:
 	$(GO) test ./storage/sqlite -run '^$$' -bench BurnDown -benchtime 20000x
+
+images:
+	./docker/images.sh
+
+acceptance: images
+	$(GO) test -tags acceptance -count=1 -v -timeout 15m ./acceptance
+
+up: images
+	docker-compose up -d
