@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"edgepipe/pipeline"
+	"edgepipe/provider/fake"
 )
 
 func TestEngineHappyPathStoresEverything(t *testing.T) {
@@ -327,14 +328,19 @@ func TestAmbiguousFailureNeedsReview(t *testing.T) {
 	if n := h.fake.Ledger().Billed.Speech; n != 1 {
 		t.Fatalf("speech billed %d", n)
 	}
-	// An operator retries: the speech call may have been billed, so the
-	// engine stops again instead of paying twice.
+	// An operator retries: that waives the unknown call, so the engine may
+	// pay for the speech once more, and the job finishes.
 	if _, err := h.store.Decide(context.Background(), "v1-amb", pipeline.DecisionRetry, "op"); err != nil {
 		t.Fatal(err)
 	}
+	h.fake.SetFaults(fake.Faults{})
 	_, o, _ = h.attempt("render-v1", true)
-	if o.Status != pipeline.StatusNeedsReview || o.ErrorCode != "provider_outcome_unknown" || h.fake.Ledger().Billed.Speech != 1 {
+	if o.Status != pipeline.StatusSucceeded || h.fake.Ledger().Billed.Speech != 2 {
 		t.Fatalf("retry after review: %+v billed %d", o, h.fake.Ledger().Billed.Speech)
+	}
+	calls, _ := h.store.ProviderCalls(context.Background(), "v1-amb", 0, pipeline.OpSpeech)
+	if len(calls) != 2 || calls[0].Status != pipeline.CallWaived || calls[1].Status != pipeline.CallSucceeded {
+		t.Fatalf("audit after the waiver: %+v", calls)
 	}
 }
 

@@ -201,7 +201,10 @@ func (u *unitRun) paidSpool(ctx context.Context, op string) (string, error) {
 		return "", storeErr(err)
 	}
 	for i := len(prior) - 1; i >= 0; i-- {
-		if prior[i].Status != CallSucceeded {
+		// An intent row whose spool file exists was answered too: the
+		// worker died between publishing the spool (a rename, so the file
+		// is whole) and recording the answer.
+		if st := prior[i].Status; st != CallSucceeded && st != CallIntent {
 			continue
 		}
 		p := u.spoolPath(prior[i].ID)
@@ -356,7 +359,8 @@ func (u *unitRun) callFailed(ctx context.Context, id int64, op string, contract 
 	}
 	u.d.Metrics.ProviderCall(op, status)
 	if ferr := u.d.Store.FinishCall(context.WithoutCancel(ctx), id, status, httpStatus, code, ""); ferr != nil {
-		return errors.Join(storeErr(ferr), classifyCall(ctx, op, contract, err))
+		// The call's class decides the outcome; the audit failure rides along.
+		return errors.Join(classifyCall(ctx, op, contract, err), storeErr(ferr))
 	}
 	return classifyCall(ctx, op, contract, err)
 }

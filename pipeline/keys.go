@@ -53,9 +53,12 @@ func ArtifactKey(tenant, version, provider, model, op, params, text, ext string)
 }
 
 // RenderKey is the object key of a final render: the frozen storyboard, the
-// version and the renderer's output format decide it.
-func RenderKey(tenant, version string, frozen []byte, rendererFingerprint string) string {
-	h := hashParts(keySchema, "render", tenant, version, string(frozen), rendererFingerprint)
+// version, the renderer's output format and the keys of every scene's media
+// (which name the provider and model that made them) decide it, so a render
+// is reused only when it was made from exactly these scenes.
+func RenderKey(tenant, version string, frozen []byte, rendererFingerprint string, artifactKeys []string) string {
+	parts := append([]string{keySchema, "render", tenant, version, string(frozen), rendererFingerprint}, artifactKeys...)
+	h := hashParts(parts...)
 	return PrefixRenders + safeVersion(version) + "/" + h[:2] + "/" + h + ".mp4"
 }
 

@@ -112,7 +112,15 @@ func download(ctx context.Context, objs ObjectStore, key, path string) (string, 
 // its deterministic key, by the write protocol; an existing render of the
 // same frozen input is reused.
 func finalize(ctx context.Context, d FinalizeDeps, a *attempt, clips []string) (string, error) {
-	key := RenderKey(a.job.Tenant, a.workflow.Version, a.board.Canonical(), d.Renderer.Fingerprint())
+	var arts []string
+	for _, u := range a.units {
+		for _, name := range []string{ArtifactImage, ArtifactVideo, ArtifactSpeech} {
+			if k, ok := u.Artifacts[name]; ok {
+				arts = append(arts, name+"="+k)
+			}
+		}
+	}
+	key := RenderKey(a.job.Tenant, a.workflow.Version, a.board.Canonical(), d.Renderer.Fingerprint(), arts)
 	if _, err := d.Ledger.GetAsset(ctx, key); err == nil {
 		return key, nil
 	}

@@ -106,6 +106,7 @@ const (
 	CallNotSent   = "not_sent"  // certainly never reached the provider
 	CallFailed    = "failed"    // refused (4xx, 429) or the async job failed: not billed for a result
 	CallAmbiguous = "ambiguous" // may have been processed and billed
+	CallWaived    = "waived"    // an operator chose to pay again after this call's unknown outcome
 )
 
 // ProviderCall is one row of the billing audit trail.

@@ -127,11 +127,14 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 				continue
 			}
 			rep.Orphans = append(rep.Orphans, o.Key)
-			if err := s.cfg.Objects.Delete(ctx, o.Key); err != nil {
+			// Once the key is held, finish even if ctx ends: a 'deleting'
+			// claim left behind would block writers for the grace period.
+			dctx := context.WithoutCancel(ctx)
+			if err := s.cfg.Objects.Delete(dctx, o.Key); err != nil {
 				return rep, fmt.Errorf("sweep: delete %s: %w", o.Key, err)
 			}
 			rep.Deleted++
-			if err := s.cfg.Ledger.FinishAbandon(ctx, s.id, o.Key); err != nil {
+			if err := s.cfg.Ledger.FinishAbandon(dctx, s.id, o.Key); err != nil {
 				return rep, fmt.Errorf("sweep: release %s: %w", o.Key, err)
 			}
 		}

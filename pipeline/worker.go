@@ -257,7 +257,9 @@ func (w *Worker) run(c Claimed) {
 		log.Warn("recording the outcome failed", "status", outcome.Status, "err", err)
 		return
 	}
-	if outcome.Status.Settled() {
+	if outcome.Status.Terminal() {
+		// needs_review keeps its spool: a human may retry, and a paid
+		// result on disk must then be used rather than paid for again.
 		w.cfg.Engine.Forget(c.Job.ID)
 	}
 	log.Info("attempt finished", "status", outcome.Status, "code", outcome.ErrorCode)

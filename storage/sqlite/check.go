@@ -82,3 +82,28 @@ func (s *Store) ExecForTest(ctx context.Context, q string) error {
 		return err
 	})
 }
+
+// WaivedCalls counts, per unit id ("job/scene") and operation, the calls an
+// operator waived (chose to pay again after): the checker allows that many
+// extra bills in a provider's ledger.
+func (s *Store) WaivedCalls(ctx context.Context) (map[string]map[string]int, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT job_id || '/' || scene_index, operation, count(*) FROM provider_calls
+		WHERE status = 'waived' GROUP BY job_id, scene_index, operation`)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	out := map[string]map[string]int{}
+	for rows.Next() {
+		var unit, op string
+		var n int
+		if err := rows.Scan(&unit, &op, &n); err != nil {
+			return nil, translate(err)
+		}
+		if out[unit] == nil {
+			out[unit] = map[string]int{}
+		}
+		out[unit][op] = n
+	}
+	return out, translate(rows.Err())
+}

@@ -52,8 +52,17 @@ func (s *Store) submitGrouped(ctx context.Context, nj pipeline.NewJob) (pipeline
 	}
 	// Once queued the request is committed or refused by the loop; waiting
 	// for the answer even if ctx ends keeps "answered" equal to "decided".
-	res := <-r.resp
-	return res.job, res.created, res.err
+	select {
+	case res := <-r.resp:
+		return res.job, res.created, res.err
+	case <-s.group.done:
+		select { // answered just before the loop ended?
+		case res := <-r.resp:
+			return res.job, res.created, res.err
+		default:
+			return pipeline.Job{}, false, errClosed // queued after the store closed: never run
+		}
+	}
 }
 
 func (s *Store) groupLoop() {
@@ -89,10 +98,12 @@ func (s *Store) commitGroup(batch []createReq) {
 				res[i].err = r.ctx.Err()
 				continue
 			}
-			if _, err := tx.tx.ExecContext(r.ctx, `SAVEPOINT submit`); err != nil {
+			// The shared transaction must not run under one caller's ctx: a
+			// canceled statement makes SQLite roll back the whole group.
+			if _, err := tx.tx.ExecContext(context.Background(), `SAVEPOINT submit`); err != nil {
 				return err
 			}
-			job, created, err := s.createJobTx(r.ctx, tx, now, r.nj, true)
+			job, created, err := s.createJobTx(context.Background(), tx, now, r.nj, true)
 			if err != nil {
 				if _, rerr := tx.tx.ExecContext(context.Background(), `ROLLBACK TO submit`); rerr != nil {
 					return rerr

@@ -115,7 +115,7 @@ func (s *Store) AbandonClaim(ctx context.Context, attemptID, key string) (delete
 			_, err := tx.ExecContext(ctx, `DELETE FROM object_claims WHERE object_key = ? AND attempt_id = ?`, key, attemptID)
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE object_claims SET state = 'deleting' WHERE object_key = ? AND attempt_id = ?`, key, attemptID); err != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE object_claims SET state = 'deleting', claimed_at = ? WHERE object_key = ? AND attempt_id = ?`, s.now(), key, attemptID); err != nil {
 			return err
 		}
 		deleteObject = true

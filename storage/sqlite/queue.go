@@ -12,7 +12,8 @@ import (
 
 // enqueue puts a message for jobID on queue, visible from visibleAt.
 func enqueue(ctx context.Context, tx *wtx, now int64, queue, jobID string, visibleAt int64) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO queue_messages (queue, job_id, enqueued_at, visible_at) VALUES (?, ?, ?, ?)`,
+	_, err := tx.ExecContext(ctx, `INSERT INTO queue_messages (queue, job_id, enqueued_at, visible_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (job_id) DO UPDATE SET queue = excluded.queue, visible_at = min(visible_at, excluded.visible_at)`,
 		queue, jobID, now, visibleAt)
 	return err
 }
@@ -72,6 +73,7 @@ func (s *Store) Fetch(ctx context.Context, queue, owner string, max int, leaseFo
 			nextRun    sql.NullInt64
 		}
 		var cands []cand
+		seen := map[string]bool{}
 		for rows.Next() {
 			var c cand
 			var st string
@@ -79,6 +81,10 @@ func (s *Store) Fetch(ctx context.Context, queue, owner string, max int, leaseFo
 				rows.Close()
 				return err
 			}
+			if seen[c.jobID] { // the unique index makes this impossible; never claim a job twice anyway
+				continue
+			}
+			seen[c.jobID] = true
 			c.status = pipeline.Status(st)
 			cands = append(cands, c)
 		}

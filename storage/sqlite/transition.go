@@ -346,6 +346,15 @@ func (s *Store) Decide(ctx context.Context, jobID string, d pipeline.ReviewDecis
 		if _, err := appendEvent(ctx, tx, now, jobID, pipeline.EventDecision, "", "", "", map[string]any{"decision": d, "operator": operator}); err != nil {
 			return err
 		}
+		if d == pipeline.DecisionRetry {
+			// The operator accepts paying again for calls whose outcome is
+			// unknown; without this, the next attempt would stop at the
+			// same unknown call forever. The rows stay, marked, as the
+			// audit of that decision.
+			if _, err := tx.ExecContext(ctx, `UPDATE provider_calls SET status = 'waived' WHERE job_id = ? AND status IN ('intent','ambiguous')`, jobID); err != nil {
+				return err
+			}
+		}
 		if err := settle(ctx, tx, now, jobID, j.Status, "", o, map[string]any{"decision": d}); err != nil {
 			return err
 		}

@@ -119,7 +119,8 @@ CREATE TABLE provider_calls (
     idempotency_key  TEXT NOT NULL DEFAULT '',
     attempt_id       TEXT NOT NULL,
     status           TEXT NOT NULL DEFAULT 'intent' CHECK (status IN
-        ('intent','succeeded','not_sent','failed','ambiguous')),
+        ('intent','succeeded','not_sent','failed','ambiguous','waived')),
+                     -- waived: an operator decided to pay again after this call's unknown outcome
     external_job_id  TEXT NOT NULL DEFAULT '',
     http_status      INTEGER NOT NULL DEFAULT 0,
     error_code       TEXT NOT NULL DEFAULT '',
@@ -166,7 +167,9 @@ CREATE TABLE queue_messages (
     last_delivered_at INTEGER
 );
 CREATE INDEX queue_messages_ready ON queue_messages (queue, visible_at, id);
-CREATE INDEX queue_messages_job ON queue_messages (job_id);
+-- One message per job: a second wake-up for the same job is merged into the
+-- first (Enqueue upserts), so one batch can never claim a job twice.
+CREATE UNIQUE INDEX queue_messages_job ON queue_messages (job_id);
 
 CREATE TABLE dead_letters (
     id                INTEGER PRIMARY KEY AUTOINCREMENT,

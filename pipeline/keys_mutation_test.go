@@ -1,0 +1,84 @@
+package pipeline
+
+// Pure helpers pinned where gremlins found mutated comparisons that no
+// other test noticed.
+
+import (
+	"strings"
+	"testing"
+)
+
+// safeName keeps exactly A-Z a-z 0-9 - _ and maps every other rune to '_',
+// so a job id can never escape its spool directory.
+func TestSafeName(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ in, want string }{
+		{"", ""},
+		{"azAZ09-_", "azAZ09-_"},
+		{"v1-job_42", "v1-job_42"},
+		{"abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnopqrstuvwxyz"},
+		{"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"},
+		// The ASCII neighbours of each range: / : @ [ ` {
+		{"a/b:c@d[e`f{g", "a_b_c_d_e_f_g"},
+		{"../../etc/passwd", "______etc_passwd"},
+		{"é ü\x00", "____"},
+	}
+	for _, tt := range tests {
+		got := safeName(tt.in)
+		if got != tt.want {
+			t.Errorf("safeName(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+		if strings.ContainsAny(got, "/.\\") {
+			t.Errorf("safeName(%q) = %q keeps a path character", tt.in, got)
+		}
+	}
+}
+
+// safeVersion keeps at most the first 16 bytes of a version, and of those
+// only a-z 0-9; nothing left becomes "x". Keys built from it keep their shape.
+func TestSafeVersion(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ in, want string }{
+		{"v1", "v1"},
+		{"v9999", "v9999"},
+		{"az09", "az09"},
+		{"", "x"},
+		{"V1", "1"},
+		{"../", "x"},
+		{"a/b:c`d{e@f[g", "abcdefg"},
+		{"abcdefghijklmnop", "abcdefghijklmnop"}, // exactly 16
+		{"abcdefghijklmnopq", "abcdefghijklmnop"}, // 17: cut
+		{"/abcdefghijklmnopq", "abcdefghijklmno"}, // the cut counts input bytes
+	}
+	for _, tt := range tests {
+		if got := safeVersion(tt.in); got != tt.want {
+			t.Errorf("safeVersion(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+	for _, v := range []string{"v1", "", "../../x", "v1/../../etc"} {
+		k := ArtifactKey("acme", v, "p", "m", "image", "{}", "text", "png")
+		parts := strings.Split(k, "/")
+		if len(parts) != 4 || parts[0]+"/" != PrefixUnits || parts[1] != safeVersion(v) || len(parts[2]) != 2 ||
+			!strings.HasPrefix(parts[3], parts[2]) || len(parts[3]) != 64+len(".png") {
+			t.Errorf("ArtifactKey for version %q = %q, want units/<version>/<2 hex>/<64 hex>.png", v, k)
+		}
+		r := RenderKey("acme", v, []byte("{}"), "stub", nil)
+		if parts := strings.Split(r, "/"); len(parts) != 4 || parts[0]+"/" != PrefixRenders || len(parts[3]) != 64+len(".mp4") {
+			t.Errorf("RenderKey for version %q = %q", v, r)
+		}
+	}
+}
+
+// Key parts are length-prefixed: moving a byte from one part to the next
+// gives another key.
+func TestKeyPartsAreLengthPrefixed(t *testing.T) {
+	t.Parallel()
+	a := ArtifactKey("ab", "v1", "p", "m", "image", "{}", "c", "png")
+	b := ArtifactKey("a", "v1", "p", "m", "image", "{}", "bc", "png")
+	if a == b {
+		t.Fatal("tenant/text boundary is not part of the key")
+	}
+	if hashParts("ab", "c") == hashParts("a", "bc") || hashParts("", "x") == hashParts("x", "") {
+		t.Fatal("hashParts does not separate its parts")
+	}
+}
