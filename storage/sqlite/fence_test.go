@@ -1,0 +1,112 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"edgepipe/pipeline"
+)
+
+// A lease that expired with nobody taking the job over is as dead as one
+// that was taken over: every write of the attempt is refused. (The sweeper
+// relies on this: it treats a claim with an expired lease as dead.)
+func TestExpiredLeaseWithoutTakeoverIsFenced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := pipeline.NewManualClock(t0)
+	s := openTest(t, "", clock)
+	mustCreate(t, s, newJob("v1-x"))
+	a := fetchOne(t, s, "render-v1", "w")
+	if err := s.PlanUnits(ctx, a.Lease, []pipeline.Unit{{JobID: "v1-x", Scene: 0, Kind: "image", UnitKey: "u"}}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(61 * time.Second) // expired; no Fetch takes it over
+	before := snapshot(t, s)
+	writes := map[string]func() error{
+		"finish":  func() error { return s.Finish(ctx, a.Lease, pipeline.Outcome{Status: pipeline.StatusSucceeded}) },
+		"release": func() error { return s.Release(ctx, a.Lease) },
+		"heartbeat": func() error {
+			_, err := s.Heartbeat(ctx, a.Lease, time.Minute)
+			return err
+		},
+		"intent": func() error {
+			_, err := s.RecordIntent(ctx, a.Lease, pipeline.ProviderCall{Op: pipeline.OpSpeech, Provider: "p", Contract: pipeline.ContractSync})
+			return err
+		},
+		"update unit": func() error { return s.UpdateUnit(ctx, a.Lease, 0, pipeline.UnitUpdate{Status: pipeline.UnitGenerated}) },
+		"plan units": func() error {
+			return s.PlanUnits(ctx, a.Lease, []pipeline.Unit{{JobID: "v1-x", Scene: 1, Kind: "image", UnitKey: "v"}})
+		},
+		"claim object": func() error { return s.ClaimObject(ctx, a.Lease, "units/v1/aa/x.png") },
+		"commit asset": func() error { return s.CommitAsset(ctx, a.Lease, assetFor("units/v1/aa/x.png")) },
+		"stage":        func() error { return s.StageFinished(ctx, a.Lease, "execute", 1, nil) },
+	}
+	for name, w := range writes {
+		var fe *pipeline.FenceError
+		if err := w(); !errors.As(err, &fe) {
+			t.Errorf("%s with an expired lease: %v, want a FenceError", name, err)
+		}
+	}
+	if after := snapshot(t, s); after != before {
+		t.Fatalf("writes with an expired lease changed the database")
+	}
+	for q, want := range map[string]int{
+		`SELECT count(*) FROM provider_calls`: 0, `SELECT count(*) FROM object_claims`: 0,
+		`SELECT count(*) FROM assets`: 0, `SELECT count(*) FROM units WHERE status <> 'planned'`: 0,
+		`SELECT count(*) FROM units`: 1,
+	} {
+		if n := countRows(t, s, q); n != want {
+			t.Errorf("%s = %d, want %d", q, n, want)
+		}
+	}
+}
+
+// A message that becomes visible while its job's lease is still live (a
+// duplicate wake-up, a clock edge) must not hand the job to a second worker.
+func TestFetchDefersLiveLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := pipeline.NewManualClock(t0)
+	s := openTest(t, "", clock)
+	mustCreate(t, s, newJob("v1-l"))
+	a := fetchOne(t, s, "render-v1", "w")
+	if err := s.ExecForTest(ctx, `UPDATE queue_messages SET visible_at = 0`); err != nil {
+		t.Fatal(err)
+	}
+	cs, st, err := s.Fetch(ctx, "render-v1", "w2", 10, time.Minute)
+	if err != nil || len(cs) != 0 || st.Deferred != 1 {
+		t.Fatalf("fetch during a live lease: %d claimed, %+v, %v", len(cs), st, err)
+	}
+	// and it reappears exactly when the lease runs out
+	clock.Set(a.Lease.ExpiresAt.Add(-time.Millisecond))
+	if cs, _, _ := s.Fetch(ctx, "render-v1", "w2", 10, time.Minute); len(cs) != 0 {
+		t.Fatal("claimed before the lease expired")
+	}
+	clock.Set(a.Lease.ExpiresAt)
+	if cs, _, _ := s.Fetch(ctx, "render-v1", "w2", 10, time.Minute); len(cs) != 1 {
+		t.Fatal("not claimable once the lease expired")
+	}
+}
+
+// Duplicate wake-ups for one job merge into one message, so no batch can
+// claim the same job twice.
+func TestDuplicateMessagesMerge(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, "", pipeline.NewManualClock(t0))
+	mustCreate(t, s, newJob("v1-d"))
+	for range 3 {
+		if err := s.Enqueue(ctx, "render-v1", "v1-d", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM queue_messages`); n != 1 {
+		t.Fatalf("%d messages for one job", n)
+	}
+	cs, _, err := s.Fetch(ctx, "render-v1", "w", 10, time.Minute)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("claimed %d times: %v", len(cs), err)
+	}
+}
