@@ -361,14 +361,19 @@ func TestFinishDeadLetteredDefaults(t *testing.T) {
 
 // FinishMany settles a batch mixing outcomes that take the bulk path
 // (succeeded, failed) and ones that do not (retry_wait): every job ends as
-// told, and each status event carries its error code, if any.
+// told, each status event carries its error code, if any, and a settled
+// job with a webhook gets its delivery.
 func TestFinishManyMixedBatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openTest(t, "", pipeline.NewManualClock(t0))
 	ids := []string{"v1-m0", "v1-m1", "v1-m2", "v1-m3"}
 	for _, id := range ids {
-		mustCreate(t, s, newJob(id))
+		nj := newJob(id)
+		if id == "v1-m1" || id == "v1-m3" {
+			nj.WebhookURL = "https://hooks.example.test/" + id
+		}
+		mustCreate(t, s, nj)
 	}
 	cs, _, err := s.Fetch(ctx, "render-v1", "w", len(ids), time.Minute)
 	if err != nil || len(cs) != len(ids) {
@@ -412,5 +417,12 @@ func TestFinishManyMixedBatch(t *testing.T) {
 	}
 	if n := countRows(t, s, `SELECT count(*) FROM queue_messages`); n != 2 {
 		t.Errorf("%d messages left, want the two retry_wait jobs'", n)
+	}
+	// Only a settled job with a webhook gets a delivery (v1-m3 only waits).
+	if n := countRows(t, s, `SELECT count(*) FROM webhook_outbox`); n != 1 {
+		t.Errorf("%d webhook deliveries, want 1", n)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM webhook_outbox WHERE job_id = 'v1-m1' AND url = 'https://hooks.example.test/v1-m1'`); n != 1 {
+		t.Errorf("no webhook delivery for the succeeded v1-m1")
 	}
 }
