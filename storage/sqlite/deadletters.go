@@ -98,9 +98,13 @@ func (s *Store) Redrive(ctx context.Context, deadLetterID int64, queue, operator
 		if !d.RedrivenAt.IsZero() {
 			return fmt.Errorf("%w: dead letter %d was already redriven", pipeline.ErrInvalidTransition, deadLetterID)
 		}
-		var st string
-		if err := tx.QueryRowContext(ctx, `SELECT status FROM jobs WHERE id = ?`, d.JobID).Scan(&st); err != nil {
+		var st, version string
+		if err := tx.QueryRowContext(ctx, `SELECT status, workflow_version FROM jobs WHERE id = ?`, d.JobID).Scan(&st, &version); err != nil {
 			return err
+		}
+		if queue != "render-"+version {
+			// A job only ever runs on its own version's queue (DESIGN §4).
+			return fmt.Errorf("%w: job %s is %s and can only be redriven to render-%s, not %s", pipeline.ErrInvalidInput, d.JobID, version, version, queue)
 		}
 		if pipeline.Status(st) != pipeline.StatusDeadLettered {
 			return &pipeline.TransitionError{From: pipeline.Status(st), To: pipeline.StatusPending}

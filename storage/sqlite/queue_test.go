@@ -97,11 +97,14 @@ func TestRedriveRefusesLiveJob(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t, "", pipeline.NewManualClock(t0))
 	nj := newJob("v2-a")
-	nj.Queue, nj.DeadLetterReason, nj.DeadLetterQueue = "", pipeline.ReasonUnboundVersion, "render-v2"
+	nj.Version, nj.Queue, nj.DeadLetterReason, nj.DeadLetterQueue = "v2", "", pipeline.ReasonUnboundVersion, "render-v2"
 	mustCreate(t, s, nj)
 	dls, _ := s.ListDeadLetters(ctx, false, 0, 0)
 	if _, err := s.Redrive(ctx, dls[0].ID, "", "op"); !errors.Is(err, pipeline.ErrInvalidInput) {
 		t.Fatalf("redrive without queue: %v", err)
+	}
+	if _, err := s.Redrive(ctx, dls[0].ID, "render-v1", "op"); !errors.Is(err, pipeline.ErrInvalidInput) {
+		t.Fatalf("redrive of a v2 job to v1's queue: %v", err)
 	}
 	if _, err := s.Redrive(ctx, 999, "render-v2", "op"); !errors.Is(err, pipeline.ErrNotFound) {
 		t.Fatalf("redrive of a missing dead letter: %v", err)

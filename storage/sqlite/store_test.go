@@ -347,8 +347,10 @@ func TestFencingZombieAttempt(t *testing.T) {
 	if err := s.Finish(ctx, b.Lease, pipeline.Outcome{Status: pipeline.StatusSucceeded}); err != nil {
 		t.Fatalf("live attempt: %v", err)
 	}
-	// Even an unexpired lease whose attempt was replaced is fenced: after
-	// B finished, A's old lease id cannot write.
+	// After B finished, A's lease is still refused (the job moved on).
+	if err := s.Finish(ctx, a.Lease, pipeline.Outcome{Status: pipeline.StatusFailed}); !errors.Is(err, pipeline.ErrLeaseLost) {
+		t.Fatalf("zombie finish after B finished: %v", err)
+	}
 }
 
 // snapshot renders every mutable table so a test can show nothing changed.
