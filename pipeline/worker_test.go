@@ -1,0 +1,95 @@
+package pipeline_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"edgepipe/pipeline"
+)
+
+func newWorker(t *testing.T, h *harness, concurrency int) *pipeline.Worker {
+	t.Helper()
+	w, err := pipeline.NewWorker(pipeline.WorkerConfig{Store: h.store, Engine: h.engine, Queues: []string{"render-v1", "render-v2"},
+		Owner: "test", Concurrency: concurrency, LeaseFor: 3 * time.Second, Poll: 10 * time.Millisecond, Clock: h.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestWorkerRunsJobsOnBoundQueues(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	for _, id := range []string{"v1-w1", "v1-w2", "v2-w3"} {
+		h.submit(id, board(img("p "+id, "n "+id, 600)))
+	}
+	w := newWorker(t, h, 2)
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "all jobs settled", func() bool {
+		for _, id := range []string{"v1-w1", "v1-w2", "v2-w3"} {
+			if !h.job(id).Status.Settled() {
+				return false
+			}
+		}
+		return true
+	})
+	if err := w.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"v1-w1", "v1-w2", "v2-w3"} {
+		if j := h.job(id); j.Status != pipeline.StatusSucceeded || j.Attempts != 1 {
+			t.Fatalf("%s: %s after %d attempts", id, j.Status, j.Attempts)
+		}
+	}
+}
+
+// Shutdown stops claiming, waits for in-flight attempts until its deadline,
+// then interrupts them: they release the job (pending, attempt not counted),
+// they do not fail it.
+func TestWorkerStopReleasesInFlightJobs(t *testing.T) {
+	t.Parallel()
+	entered := make(chan struct{}, 1)
+	h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers {
+		return &hookProviders{before: func(ctx context.Context, op, unit string) error {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-ctx.Done() // a slow provider, only interruption ends it
+			return ctx.Err()
+		}}
+	}))
+	h.submit("v1-slow", board(img("slow", "", 600)))
+	w := newWorker(t, h, 1)
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := w.Stop(ctx); err == nil {
+		t.Fatal("Stop reported a clean finish although it had to interrupt a job")
+	}
+	j := h.job("v1-slow")
+	if j.Status != pipeline.StatusPending || j.Attempts != 0 || j.LeaseOwner != "" {
+		t.Fatalf("after shutdown the job is %s, attempts %d, owner %q; want it released", j.Status, j.Attempts, j.LeaseOwner)
+	}
+	// and another worker picks it up at once
+	if total, visible, _ := h.store.QueueDepth(context.Background(), "render-v1"); total != 1 || visible != 1 {
+		t.Fatalf("released job's message: total %d visible %d", total, visible)
+	}
+}
