@@ -145,8 +145,14 @@ func (s *Store) createJobTx(ctx context.Context, tx *wtx, now int64, nj pipeline
 	if !readBack {
 		return job, true, nil
 	}
-	job, err = scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, nj.ID))
-	return job, true, err
+	// The row is exactly what was just inserted; build it instead of
+	// reading it back (this runs once per submission, inside the commit).
+	t := fromMS(now)
+	job = pipeline.Job{ID: nj.ID, Tenant: nj.Tenant, Operation: nj.Operation, IdempotencyKey: nj.IdempotencyKey,
+		RequestFingerprint: nj.RequestFingerprint, Input: nj.Input, Version: nj.Version, Queue: nj.Queue, Status: status,
+		StatusChangedAt: t, CreatedAt: t, UpdatedAt: t, WebhookURL: nj.WebhookURL,
+		LastErrorCode: nj.DeadLetterReason, LastErrorMessage: deadLetterMessage(nj.DeadLetterReason), RequiresAction: nj.DeadLetterReason != ""}
+	return job, true, nil
 }
 
 // deadLetterMessage is the safe text shown for a dead-letter reason.

@@ -574,3 +574,28 @@ func TestCreateAfterCloseFails(t *testing.T) {
 		t.Fatal("created a job on a closed store")
 	}
 }
+
+// CreateJob builds the returned job instead of reading it back; it must be
+// exactly what a read returns.
+func TestCreatedJobMatchesStoredRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, "", pipeline.NewManualClock(t0))
+	for _, nj := range []pipeline.NewJob{newJob("v1-m"), func() pipeline.NewJob {
+		nj := newJob("v2-m")
+		nj.Version, nj.Queue, nj.DeadLetterReason, nj.DeadLetterQueue, nj.WebhookURL = "v2", "", pipeline.ReasonUnboundVersion, "render-v2", "https://x.test/h"
+		return nj
+	}()} {
+		got, _, err := s.CreateJob(ctx, nj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := s.GetJob(ctx, nj.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
+			t.Fatalf("returned %+v\nstored   %+v", got, want)
+		}
+	}
+}
