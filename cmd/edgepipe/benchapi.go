@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/pprof"
 	"strconv"
 	"time"
 
@@ -29,6 +30,7 @@ func benchAPI(ctx context.Context, args []string) error {
 	conns := fs_.Int("connections", 64, "concurrent connections")
 	threads := fs_.Int("threads", 2, "wrk threads")
 	script := fs_.String("script", "api/testdata/wrk-submit.lua", "wrk Lua script that posts unique Idempotency-Keys")
+	cpuprofile := fs_.String("cpuprofile", "", "write a CPU profile of the durable run to this file")
 	if err := fs_.Parse(args); err != nil {
 		return err
 	}
@@ -107,7 +109,19 @@ func benchAPI(ctx context.Context, args []string) error {
 		}
 		return r, nil
 	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
 	real, err := runWrk(realURL)
+	if *cpuprofile != "" {
+		pprof.StopCPUProfile()
+	}
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"edgepipe/pipeline"
@@ -10,9 +11,9 @@ import (
 // Group commit for submissions. Every CreateJob must be durable before it
 // returns (the API answers 202 only for a committed job), and a commit is the
 // expensive part, so concurrent submissions share one: a single goroutine
-// takes whatever requests are waiting, runs each inside its own savepoint of
-// one transaction, commits once, and then answers them all. A request's own
-// failure (idempotency mismatch, taken id) rolls back only its savepoint.
+// takes whatever requests are waiting, runs them in one transaction, commits
+// once, and then answers them all. A request's own refusal (idempotency
+// mismatch, taken id) leaves the others untouched.
 
 const maxGroup = 256
 
@@ -100,17 +101,13 @@ func (s *Store) commitGroup(batch []createReq) {
 			}
 			// The shared transaction must not run under one caller's ctx: a
 			// canceled statement makes SQLite roll back the whole group.
-			if _, err := tx.tx.ExecContext(context.Background(), `SAVEPOINT submit`); err != nil {
-				return err
-			}
+			// No savepoint per request: the two refusals a request can meet
+			// (a reused key, a taken id) happen before or at its first
+			// write, which SQLite undoes alone; anything else fails the
+			// group, and every request in it gets the error.
 			job, created, err := s.createJobTx(context.Background(), tx, now, r.nj, true)
-			if err != nil {
-				if _, rerr := tx.tx.ExecContext(context.Background(), `ROLLBACK TO submit`); rerr != nil {
-					return rerr
-				}
-			}
-			if _, rerr := tx.tx.ExecContext(context.Background(), `RELEASE submit`); rerr != nil {
-				return rerr
+			if err != nil && !errors.Is(err, pipeline.ErrIdempotencyReused) && !errors.Is(err, pipeline.ErrAlreadyExists) {
+				return err
 			}
 			res[i] = createResp{job: job, created: created, err: err}
 		}
