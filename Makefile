@@ -31,3 +31,9 @@ acceptance: images
 
 up: images
 	docker-compose up -d
+
+chaos: build
+	./scripts/chaos.sh
+
+mutation:
+	./scripts/mutation.sh
