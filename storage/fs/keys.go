@@ -1,96 +1,19 @@
 package fs
 
-import (
-	"fmt"
-	"strings"
+import "edgepipe/pipeline"
 
-	"edgepipe/pipeline"
-)
-
-// The key rule is the same in storage/s3 (checked by the shared conformance
-// suite): 1 to MaxKeyLen bytes of [A-Za-z0-9._/-], segments separated by
-// single slashes, none empty, none "." or "..", none longer than
-// MaxSegmentLen. Keys are derived from hashes, so the rule costs nothing
-// and rules out path traversal, case and encoding surprises, and names a
-// filesystem cannot hold.
+// The key rule is pipeline.ValidateObjectKey's, shared by every backend.
 const (
-	MaxKeyLen         = 1024
-	MaxSegmentLen     = 200
-	MaxContentTypeLen = 255
-	// DefaultContentType is stored when a put names none.
-	DefaultContentType = "application/octet-stream"
+	MaxKeyLen          = pipeline.MaxObjectKeyLen
+	MaxSegmentLen      = pipeline.MaxObjectSegmentLen
+	MaxContentTypeLen  = pipeline.MaxContentTypeLen
+	DefaultContentType = pipeline.DefaultContentType
 )
 
 // ValidateKey reports whether key is acceptable; the error matches
 // pipeline.ErrInvalidInput.
-func ValidateKey(key string) error {
-	if key == "" {
-		return fmt.Errorf("%w: object key is empty", pipeline.ErrInvalidInput)
-	}
-	return checkPath(key, false)
-}
+func ValidateKey(key string) error { return pipeline.ValidateObjectKey(key) }
 
-// validatePrefix accepts what could begin a valid key: empty, a trailing
-// slash, a partial last segment ("renders/ab").
-func validatePrefix(prefix string) error {
-	if prefix == "" {
-		return nil
-	}
-	return checkPath(prefix, true)
-}
+func validatePrefix(prefix string) error { return pipeline.ValidateObjectPrefix(prefix) }
 
-func checkPath(s string, prefix bool) error {
-	what := "object key"
-	if prefix {
-		what = "key prefix"
-	}
-	if len(s) > MaxKeyLen {
-		return fmt.Errorf("%w: %s is %d bytes, more than %d", pipeline.ErrInvalidInput, what, len(s), MaxKeyLen)
-	}
-	for i := 0; i < len(s); i++ {
-		if !keyByte(s[i]) {
-			return fmt.Errorf("%w: %s %.64q: byte %q at %d is not one of [A-Za-z0-9._/-]", pipeline.ErrInvalidInput, what, s, s[i], i)
-		}
-	}
-	segs := strings.Split(s, "/")
-	for i, seg := range segs {
-		last := i == len(segs)-1
-		switch {
-		case last && prefix:
-			// A partial segment of a prefix only filters names; it
-			// is never opened as a path, so even ".." is harmless.
-			if len(seg) > MaxSegmentLen {
-				return fmt.Errorf("%w: %s %.64q: segment longer than %d bytes", pipeline.ErrInvalidInput, what, s, MaxSegmentLen)
-			}
-		case seg == "":
-			return fmt.Errorf("%w: %s %.64q has an empty segment (leading, trailing or double slash)", pipeline.ErrInvalidInput, what, s)
-		case seg == "." || seg == "..":
-			return fmt.Errorf("%w: %s %.64q has a %q segment", pipeline.ErrInvalidInput, what, s, seg)
-		case len(seg) > MaxSegmentLen:
-			return fmt.Errorf("%w: %s %.64q: segment longer than %d bytes", pipeline.ErrInvalidInput, what, s, MaxSegmentLen)
-		}
-	}
-	return nil
-}
-
-func keyByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-		c == '.' || c == '_' || c == '-' || c == '/'
-}
-
-// contentType defaults an empty content type and refuses one that could not
-// travel safely as an HTTP header value.
-func contentType(ct string) (string, error) {
-	if ct == "" {
-		return DefaultContentType, nil
-	}
-	if len(ct) > MaxContentTypeLen {
-		return "", fmt.Errorf("%w: content type is %d bytes, more than %d", pipeline.ErrInvalidInput, len(ct), MaxContentTypeLen)
-	}
-	for i := 0; i < len(ct); i++ {
-		if ct[i] < 0x20 || ct[i] > 0x7e {
-			return "", fmt.Errorf("%w: content type %.64q: byte %q is not printable ASCII", pipeline.ErrInvalidInput, ct, ct[i])
-		}
-	}
-	return ct, nil
-}
+func contentType(ct string) (string, error) { return pipeline.ObjectContentType(ct) }

@@ -35,7 +35,9 @@ func TestExpiredLeaseWithoutTakeoverIsFenced(t *testing.T) {
 			_, err := s.RecordIntent(ctx, a.Lease, pipeline.ProviderCall{Op: pipeline.OpSpeech, Provider: "p", Contract: pipeline.ContractSync})
 			return err
 		},
-		"update unit": func() error { return s.UpdateUnit(ctx, a.Lease, 0, pipeline.UnitUpdate{Status: pipeline.UnitGenerated}) },
+		"update unit": func() error {
+			return s.UpdateUnit(ctx, a.Lease, 0, pipeline.UnitUpdate{Status: pipeline.UnitGenerated})
+		},
 		"plan units": func() error {
 			return s.PlanUnits(ctx, a.Lease, []pipeline.Unit{{JobID: "v1-x", Scene: 1, Kind: "image", UnitKey: "v"}})
 		},
