@@ -75,6 +75,9 @@ const (
 // Config configures a Dispatcher.
 type Config struct {
 	Store Store
+	// Failpoint is the test-only hook of EDGEPIPE_FAILPOINTS
+	// ("webhook_dispatch"); nil in production.
+	Failpoint func(ctx context.Context, name string) error
 	// Secret signs every delivery (EDGEPIPE_WEBHOOK_SECRET). Required: an
 	// unsigned webhook cannot be told apart from a forged one.
 	Secret []byte
@@ -276,6 +279,11 @@ func (d *Dispatcher) dispatch(loopCtx, workCtx context.Context, wait bool) (int,
 // the outbox row.
 func (d *Dispatcher) deliver(ctx context.Context, dl Delivery) {
 	log := d.cfg.Logger.With("delivery", dl.ID, "job", dl.JobID, "attempt", dl.Attempts)
+	if d.cfg.Failpoint != nil {
+		if err := d.cfg.Failpoint(ctx, "webhook_dispatch"); err != nil {
+			return // as if the dispatcher died: the claim lapses and the delivery is retried
+		}
+	}
 	safe, cause := d.send(ctx, dl)
 	if ctx.Err() != nil {
 		return // shutting down: the claim lapses and the delivery is retried

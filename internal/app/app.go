@@ -219,7 +219,7 @@ func (a *App) Build(ctx context.Context, withAPI, withSweeper bool, workers int)
 			a.Log.Warn("EDGEPIPE_WEBHOOK_SECRET is not set; webhooks are signed with a secret generated for this process", "secret", secret)
 		}
 		p.Dispatcher, err = webhook.New(webhook.Config{Store: a.Store, Secret: []byte(secret), AllowPrivate: a.Cfg.AllowPrivate,
-			Logger: a.Log, Metrics: a.Metrics})
+			Logger: a.Log, Metrics: a.Metrics, Failpoint: fps.Func()})
 		if err != nil {
 			return nil, err
 		}
