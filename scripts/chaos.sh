@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Chaos suites (package chaos, build tag "chaos"): they run the real edgepipe
+# binary as subprocesses, kill it, break its storage, and require
+# `edgepipe check` to find zero violations afterwards.
+#
+#   scripts/chaos.sh          make chaos: crash matrix (every failpoint × v1,v2),
+#                             200-job random SIGKILLs, storage faults (MinIO via
+#                             the fault proxy, SQLite busy, disk full), then the
+#                             2,000-job soak on its own so its figures are not
+#                             disturbed by the other suites
+#   scripts/chaos.sh --ci     CI on every run: the shortened crash matrix only
+#                             (every failpoint × v1,v2, crash@1, 2 jobs a case)
+#
+#   CHAOS_FULL=1              the full crash matrix (× crash@1,@3, 5 jobs a
+#                             case), with or without --ci
+#   CHAOS_SOAK_JOBS=N         soak size (default 2000)
+#   CHAOS_RACE=1              build edgepipe with -race; any report fails
+#   CHAOS_LOG_DIR=dir         keep every process log and data directory
+#   CHAOS_PARALLEL=N          cases run at once (default 3)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/local/go/bin:$HOME/go/bin:$PATH"
+export CGO_ENABLED=1
+
+mode=all
+case "${1:-}" in
+  --ci) mode=ci ;;
+  "") ;;
+  *) echo "usage: scripts/chaos.sh [--ci]" >&2; exit 2 ;;
+esac
+
+./scripts/setup.sh
+# MinIO for the storage fault suite (built once and cached, as .ci/run does).
+export EDGEPIPE_MINIO_BIN="${EDGEPIPE_MINIO_BIN:-$HOME/.cache/edgepipe-bin/minio}"
+if [ "$mode" = all ] && [ ! -x "$EDGEPIPE_MINIO_BIN" ]; then
+  echo "== building MinIO server (cached in $(dirname "$EDGEPIPE_MINIO_BIN"))"
+  mkdir -p "$(dirname "$EDGEPIPE_MINIO_BIN")"
+  CGO_ENABLED=0 GOBIN="$(dirname "$EDGEPIPE_MINIO_BIN")" go install github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c
+fi
+
+bin_dir=$(mktemp -d)
+trap 'rm -rf "$bin_dir"' EXIT
+race=()
+[ -n "${CHAOS_RACE:-}" ] && race=(-race)
+go build "${race[@]}" -o "$bin_dir/edgepipe" ./cmd/edgepipe
+export CHAOS_BIN="$bin_dir/edgepipe"
+
+parallel="${CHAOS_PARALLEL:-3}"
+start=$(date +%s)
+
+# go test -v, without the RUN/PAUSE/CONT noise of parallel subtests.
+chaos_test() {
+  go test -tags chaos -count=1 -v "$@" ./chaos/ 2>&1 | grep -Ev '^=== (RUN|PAUSE|CONT|NAME)'
+  return "${PIPESTATUS[0]}"
+}
+
+rc=0
+if [ "$mode" = ci ]; then
+  echo "== chaos: crash matrix ($([ -n "${CHAOS_FULL:-}" ] && echo full || echo shortened))"
+  chaos_test -run '^TestCrashMatrix$' -parallel "$parallel" -timeout 40m || rc=1
+else
+  echo "== chaos: crash matrix, random kills, storage faults"
+  chaos_test -run '^(TestCrashMatrix|TestRandomKills|TestStorageFaults|TestSQLiteBusy|TestStoreBusyBeforePrepare|TestDiskFull)$' \
+    -parallel "$parallel" -timeout 60m || rc=1
+  # The soak runs even when something above failed: its figures are part
+  # of the report either way.
+  echo "== chaos: soak"
+  chaos_test -run '^TestSoak$' -timeout 90m || rc=1
+fi
+echo "== chaos finished in $(( $(date +%s) - start ))s: $([ $rc = 0 ] && echo PASS || echo FAIL)"
+exit $rc
