@@ -7,7 +7,9 @@ package pipeline_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -292,5 +294,196 @@ func TestEngineVideoTimeout(t *testing.T) {
 				t.Fatalf("%d status polls before giving up, want %d", got, tt.wantPolls)
 			}
 		})
+	}
+}
+
+// unitEvents returns the detail of every event of kind for job id.
+func unitEvents(t *testing.T, h *harness, id, kind string) []map[string]any {
+	t.Helper()
+	evs, err := h.store.Events(context.Background(), id, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]any
+	for _, e := range evs {
+		if e.Kind != kind {
+			continue
+		}
+		var d map[string]any
+		if err := json.Unmarshal(e.Detail, &d); err != nil {
+			t.Fatalf("%s detail %s: %v", kind, e.Detail, err)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// Every generated unit leaves a unit_generated event, and every artifact
+// found already stored (by an equal scene of another job, or as an object
+// a crashed attempt uploaded) leaves a unit_reused event naming it: the
+// history explains why nothing was paid for.
+func TestEngineUnitEvents(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) { ec.UnitConcurrency = 1 }))
+	sb := board(img("a harbour", "the harbour at dawn", 700), img("a boat", "", 700))
+	h.submit("v1-first", sb)
+	h.drain(5)
+	if n := len(unitEvents(t, h, "v1-first", pipeline.EventUnitGenerated)); n != 2 {
+		t.Fatalf("first job: %d unit_generated events, want 2", n)
+	}
+	if n := len(unitEvents(t, h, "v1-first", pipeline.EventUnitReused)); n != 0 {
+		t.Fatalf("first job: %d unit_reused events, want 0", n)
+	}
+	billed := h.fake.Ledger().Billed
+
+	// The same scenes again: all three artifacts are found by key.
+	h.submit("v1-second", sb)
+	h.drain(5)
+	if st := h.job("v1-second").Status; st != pipeline.StatusSucceeded {
+		t.Fatalf("second job ended %s", st)
+	}
+	if after := h.fake.Ledger().Billed; after != billed {
+		t.Fatalf("the second job paid again: %+v then %+v", billed, after)
+	}
+	reused := map[string]int{}
+	for _, d := range unitEvents(t, h, "v1-second", pipeline.EventUnitReused) {
+		reused[fmt.Sprint(d["scene"], "/", d["artifact"])]++
+	}
+	if want := map[string]int{"0/image": 1, "0/speech": 1, "1/image": 1}; fmt.Sprint(reused) != fmt.Sprint(want) {
+		t.Fatalf("second job reused %v, want %v", reused, want)
+	}
+	if n := len(unitEvents(t, h, "v1-second", pipeline.EventUnitGenerated)); n != 2 {
+		t.Fatalf("second job: %d unit_generated events, want 2", n)
+	}
+
+	// An attempt dies after uploading its image but before the asset row:
+	// the next attempt adopts the object and says so.
+	h.submit("v1-adopt", board(img("a lighthouse at night", "", 700)))
+	h.crashAt("render-v1", "after_upload_before_asset", 1)
+	h.clock.Advance(2 * time.Minute)
+	h.drain(5)
+	var adopted int
+	for _, d := range unitEvents(t, h, "v1-adopt", pipeline.EventUnitReused) {
+		if d["adopted"] == true && d["artifact"] == pipeline.ArtifactImage {
+			adopted++
+		}
+	}
+	if adopted != 1 {
+		t.Fatalf("adopting job: %d adopted unit_reused events, want 1", adopted)
+	}
+}
+
+// A transient object-store failure after the provider was paid is retried
+// inside the attempt, with growing pauses (200 ms, then 800 ms), and the
+// artifact really is stored: the job succeeds in one attempt, paid once.
+func TestEngineStoreRetriesWithinAttempt(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) { ec.UnitConcurrency = 1 }))
+	h.submit("v1-storeretry", board(img("a windmill", "", 700)))
+	var mu sync.Mutex
+	var claims []time.Time
+	h.fp.set("after_claim_object", func(context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		claims = append(claims, time.Now())
+		if len(claims) <= 2 {
+			return errTransientFP
+		}
+		return nil
+	})
+	_, o, err := h.attempt("render-v1", true)
+	if err != nil || o.Status != pipeline.StatusSucceeded {
+		t.Fatalf("attempt: %+v, %v; want success after in-attempt retries", o, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The image object's three tries, then the render's claim.
+	if len(claims) < 3 {
+		t.Fatalf("%d claims, want the failed two and a successful one", len(claims))
+	}
+	if gap := claims[1].Sub(claims[0]); gap < 200*time.Millisecond {
+		t.Errorf("second try %s after the first, want at least 200ms", gap)
+	}
+	if gap := claims[2].Sub(claims[1]); gap < 800*time.Millisecond {
+		t.Errorf("third try %s after the second, want at least 800ms", gap)
+	}
+	if b := h.fake.Ledger().Billed; b.Image != 1 {
+		t.Errorf("image billed %d times, want 1", b.Image)
+	}
+	units, err := h.store.Units(context.Background(), "v1-storeretry")
+	if err != nil || len(units) != 1 {
+		t.Fatalf("units %+v, %v", units, err)
+	}
+	key := units[0].Artifacts[pipeline.ArtifactImage]
+	if _, err := h.store.GetAsset(context.Background(), key); err != nil {
+		t.Fatalf("the unit names %q but its asset row is missing: %v", key, err)
+	}
+}
+
+// An object store that keeps failing transiently is not retried forever:
+// after three tries the attempt ends transient and the job waits for its
+// next attempt.
+func TestEngineStoreRetryGivesUp(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) { ec.UnitConcurrency = 1 }))
+	h.submit("v1-storefail", board(img("a windmill at dusk", "", 700)))
+	var tries atomic.Int32
+	h.fp.set("after_claim_object", func(context.Context) error {
+		tries.Add(1)
+		return errTransientFP
+	})
+	_, o, err := h.attempt("render-v1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Status != pipeline.StatusRetryWait || o.ErrorCode != "test_transient" {
+		t.Fatalf("outcome %+v, want retry_wait test_transient", o)
+	}
+	if n := tries.Load(); n != 3 {
+		t.Fatalf("%d tries, want 3", n)
+	}
+}
+
+// A permanent failure while storing is not retried inside the attempt.
+func TestEngineStoreNoRetryOnPermanent(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) { ec.UnitConcurrency = 1 }))
+	h.submit("v1-storeperm", board(img("a windmill at noon", "", 700)))
+	var tries atomic.Int32
+	h.fp.set("after_claim_object", func(context.Context) error {
+		tries.Add(1)
+		return &pipeline.ClassifiedError{Class: pipeline.ClassPermanent, Code: "test_permanent", Message: "injected"}
+	})
+	_, o, err := h.attempt("render-v1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Status != pipeline.StatusFailed || o.ErrorCode != "test_permanent" {
+		t.Fatalf("outcome %+v, want failed test_permanent", o)
+	}
+	if n := tries.Load(); n != 1 {
+		t.Fatalf("%d tries, want 1", n)
+	}
+}
+
+// When an earlier attempt may have paid for a sync call whose result was
+// lost, the job stops for a human and the message names the scene the way
+// the owner numbers it (from 1).
+func TestEngineMaybeBilledMessageNamesScene(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) { ec.UnitConcurrency = 1 }))
+	h.submit("v1-maybe", board(img("a quiet street", "footsteps on the street", 700)))
+	// Intent #1 is the image's, #2 the speech's: die right after it.
+	h.crashAt("render-v1", "after_provider_intent", 2)
+	h.clock.Advance(2 * time.Minute)
+	_, o, err := h.attempt("render-v1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Status != pipeline.StatusNeedsReview || o.ErrorCode != "provider_outcome_unknown" {
+		t.Fatalf("outcome %+v, want needs_review provider_outcome_unknown", o)
+	}
+	if !strings.Contains(o.ErrorMessage, "scene 1's speech") {
+		t.Fatalf("message %q does not name scene 1's speech", o.ErrorMessage)
 	}
 }

@@ -109,7 +109,7 @@ func (p RetryPolicy) Ceiling(attempt int) time.Duration {
 	}
 	d := p.Base
 	for i := 1; i < attempt; i++ {
-		if d >= p.Cap/2 {
+		if d > p.Cap/2 {
 			return p.Cap
 		}
 		d *= 2
