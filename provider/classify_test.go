@@ -68,7 +68,7 @@ func TestClassificationAgainstTheFake(t *testing.T) {
 			call: speechCall, op: pipeline.OpSpeech, outcome: pipeline.OutcomeNotSent, code: provider.CodeUnreachable, billed: -1},
 		{name: "refused video submit", base: dead, call: submit, op: pipeline.OpVideoSubmit,
 			outcome: pipeline.OutcomeNotSent, code: provider.CodeUnreachable, billed: -1},
-		{name: "timeout after sending", faults: "speech:latency=5s", timeout: 300 * time.Millisecond, call: speechCall,
+		{name: "timeout after sending", faults: "speech:latency=5s", timeout: 2 * time.Second, call: speechCall,
 			op: pipeline.OpSpeech, outcome: pipeline.OutcomeUnknown, code: provider.CodeTimeout},
 		{name: "drop after billing", faults: "speech:drop=1", call: speechCall, op: pipeline.OpSpeech,
 			outcome: pipeline.OutcomeUnknown, code: provider.CodeConnectionLost, billed: 1},
@@ -433,7 +433,7 @@ func TestTimeoutWhileSendingIsUnknown(t *testing.T) {
 		defer c.Close()
 		<-stop // never read
 	}()
-	p := newClient(t, "http://"+ln.Addr().String(), withTimeout(300*time.Millisecond))
+	p := newClient(t, "http://"+ln.Addr().String(), withTimeout(2*time.Second))
 	huge := pipeline.SpeechRequest{Text: strings.Repeat("a", 32<<20)}
 	_, err = p.Synthesize(context.Background(), metaFor("u", ""), huge)
 	wantCallError(t, err, pipeline.OpSpeech, pipeline.OutcomeUnknown, provider.CodeTimeout, 0)

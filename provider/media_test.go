@@ -129,7 +129,7 @@ func TestMediaBodyErrorsAreClassified(t *testing.T) {
 			t.Parallel()
 			ts := httptest.NewServer(tt.handler)
 			t.Cleanup(ts.Close)
-			p := newClient(t, ts.URL, withTimeout(500*time.Millisecond))
+			p := newClient(t, ts.URL, withTimeout(3*time.Second))
 			m, err := tt.call(p)
 			if err != nil {
 				t.Fatalf("call: %v", err)
