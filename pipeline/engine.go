@@ -264,7 +264,7 @@ func (e *Engine) runStages(ctx context.Context, a *attempt) (string, error) {
 		return "", err
 	}
 	if err := e.cfg.Store.StageFinished(ctx, a.lease, StagePrepare, doneUnits(a.units), nil); err != nil {
-		return "", err
+		return "", storeErr(err)
 	}
 	e.cfg.Metrics.StageDuration(StagePrepare, e.cfg.Clock.Now().Sub(start))
 
@@ -277,7 +277,7 @@ func (e *Engine) runStages(ctx context.Context, a *attempt) (string, error) {
 		return "", err
 	}
 	if err := e.cfg.Store.StageFinished(ctx, a.lease, StageExecute, doneUnits(a.units), nil); err != nil {
-		return "", err
+		return "", storeErr(err)
 	}
 	if err := e.fail(ctx, "after_execute"); err != nil {
 		return "", err
@@ -292,10 +292,10 @@ func (e *Engine) runStages(ctx context.Context, a *attempt) (string, error) {
 	start = e.cfg.Clock.Now()
 	clips, err := apply(ctx, ApplyDeps{Cancel: e.cfg.Store, Objects: e.cfg.Objects, Renderer: r}, a)
 	if err != nil {
-		return "", err
+		return "", localErr(err)
 	}
 	if err := e.cfg.Store.StageFinished(ctx, a.lease, StageApply, doneUnits(a.units), nil); err != nil {
-		return "", err
+		return "", storeErr(err)
 	}
 	e.cfg.Metrics.StageDuration(StageApply, e.cfg.Clock.Now().Sub(start))
 
@@ -303,16 +303,29 @@ func (e *Engine) runStages(ctx context.Context, a *attempt) (string, error) {
 	key, err := finalize(ctx, FinalizeDeps{Cancel: e.cfg.Store, Ledger: e.cfg.Store, Objects: e.cfg.Objects, Renderer: r,
 		Failpoint: e.cfg.Failpoint, Metrics: e.cfg.Metrics}, a, clips)
 	if err != nil {
-		return "", err
+		return "", localErr(err)
 	}
 	if err := e.cfg.Store.StageFinished(ctx, a.lease, StageFinalize, doneUnits(a.units), map[string]any{"result_key": key}); err != nil {
-		return "", err
+		return "", storeErr(err)
 	}
 	e.cfg.Metrics.StageDuration(StageFinalize, e.cfg.Clock.Now().Sub(start))
 	if err := e.fail(ctx, "before_finish"); err != nil {
 		return "", err
 	}
 	return key, nil
+}
+
+// localErr classifies what apply and finalize fail with. Those stages have
+// no provider (they cannot pay for anything), so a failure there — a full
+// disk, a clip ffmpeg could not read, a store hiccup — is safe to retry.
+func localErr(err error) error {
+	var ce *ClassifiedError
+	var fe *FenceError
+	if err == nil || errors.As(err, &ce) || errors.As(err, &fe) || errors.Is(err, ErrCanceled) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return &ClassifiedError{Class: ClassTransient, Code: "render_failed", Message: "the render could not be built; it is retried", Cause: err}
 }
 
 func (e *Engine) fail(ctx context.Context, name string) error {
@@ -361,7 +374,7 @@ func prepare(ctx context.Context, st Store, a *attempt) error {
 	}
 	frozen, err := st.FreezeInput(ctx, a.lease, board.Canonical(), len(board.Scenes))
 	if err != nil {
-		return err
+		return storeErr(err)
 	}
 	if board, err = DecodeStoryboard(frozen); err != nil {
 		return &ClassifiedError{Class: ClassPermanent, Code: "invalid_input", Message: "the job's frozen storyboard is not valid", Cause: err}
@@ -372,11 +385,11 @@ func prepare(ctx context.Context, st Store, a *attempt) error {
 		planned[i] = Unit{JobID: a.job.ID, Scene: i, Kind: s.Kind(), UnitKey: UnitKey(a.job.Tenant, a.workflow.Version, s, board.Options)}
 	}
 	if err := st.PlanUnits(ctx, a.lease, planned); err != nil {
-		return err
+		return storeErr(err)
 	}
 	units, err := st.Units(ctx, a.job.ID)
 	if err != nil {
-		return err
+		return storeErr(err)
 	}
 	if len(units) != len(board.Scenes) {
 		return fmt.Errorf("prepare: job %s has %d units for %d scenes", a.job.ID, len(units), len(board.Scenes))
