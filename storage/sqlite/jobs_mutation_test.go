@@ -1,0 +1,82 @@
+package sqlite
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"edgepipe/pipeline"
+)
+
+// CreateJobs stores every job of the batch with its input (none means {}),
+// and a batch with one invalid job stores nothing.
+func TestCreateJobsBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, "", pipeline.NewManualClock(t0))
+	withInput := newJob("v1-b0")
+	withInput.Input = json.RawMessage(`{"title":"kept"}`)
+	noInput := newJob("v1-b1")
+	noInput.Input = nil
+	if err := s.CreateJobs(ctx, []pipeline.NewJob{withInput, noInput}); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{"v1-b0": `{"title":"kept"}`, "v1-b1": `{}`} {
+		j, err := s.GetJob(ctx, id)
+		if err != nil {
+			t.Fatalf("%s after CreateJobs: %v", id, err)
+		}
+		if string(j.Input) != want || j.Status != pipeline.StatusPending {
+			t.Errorf("%s: input %s status %s, want %s pending", id, j.Input, j.Status, want)
+		}
+	}
+	bad := newJob("v1-b3")
+	bad.Tenant = ""
+	if err := s.CreateJobs(ctx, []pipeline.NewJob{newJob("v1-b2"), bad}); !errors.Is(err, pipeline.ErrInvalidInput) {
+		t.Fatalf("batch with an invalid job: %v, want ErrInvalidInput", err)
+	}
+	if _, err := s.GetJob(ctx, "v1-b2"); !errors.Is(err, pipeline.ErrNotFound) {
+		t.Fatalf("valid job of a refused batch: %v, want ErrNotFound", err)
+	}
+}
+
+// CreateJob keeps the submitted input, and stores {} for none.
+func TestCreateJobInput(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, "", pipeline.NewManualClock(t0))
+	a := newJob("v1-in")
+	a.Input = json.RawMessage(`{"title":"mine"}`)
+	b := newJob("v1-none")
+	b.Input = nil
+	for _, nj := range []pipeline.NewJob{a, b} {
+		mustCreate(t, s, nj)
+	}
+	for id, want := range map[string]string{"v1-in": `{"title":"mine"}`, "v1-none": `{}`} {
+		j, err := s.GetJob(ctx, id)
+		if err != nil || string(j.Input) != want {
+			t.Errorf("%s: input %s, %v; want %s", id, j.Input, err, want)
+		}
+	}
+}
+
+// Closing the store ends the group committer, and a submission after that
+// is refused as closed.
+func TestCloseStopsGroupCommitter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, "", pipeline.NewManualClock(t0))
+	mustCreate(t, s, newJob("v1-before")) // starts the committer
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.group.done:
+	default:
+		t.Fatal("Close returned with the group committer still running")
+	}
+	if _, _, err := s.CreateJob(ctx, newJob("v1-after")); !errors.Is(err, errClosed) {
+		t.Fatalf("CreateJob after Close: %v, want errClosed", err)
+	}
+}
