@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -485,5 +486,68 @@ func TestEngineMaybeBilledMessageNamesScene(t *testing.T) {
 	}
 	if !strings.Contains(o.ErrorMessage, "scene 1's speech") {
 		t.Fatalf("message %q does not name scene 1's speech", o.ErrorMessage)
+	}
+}
+
+// retryMetrics records RetryScheduled calls.
+type retryMetrics struct {
+	mu    sync.Mutex
+	codes []string
+}
+
+func (m *retryMetrics) ProviderCall(string, string)         {}
+func (m *retryMetrics) BytesUploaded(string, int64)         {}
+func (m *retryMetrics) StageDuration(string, time.Duration) {}
+func (m *retryMetrics) UnitReused(string)                   {}
+func (m *retryMetrics) RetryScheduled(code string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.codes = append(m.codes, code)
+}
+
+// A retry is counted when an attempt is rescheduled, and only then.
+func TestEngineRetryMetric(t *testing.T) {
+	t.Parallel()
+	m := &retryMetrics{}
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) { ec.Metrics = m }))
+	h.submit("v1-retrymetric", board(img("a lighthouse", "", 600)))
+	h.submit("v2-failmetric", board(img("a lighthouse", "", 600)))
+	h.fp.set("after_claim", func(context.Context) error { return errTransientFP })
+	if _, o, err := h.attempt("render-v1", true); err != nil || o.Status != pipeline.StatusRetryWait {
+		t.Fatalf("transient attempt: %+v, %v", o, err)
+	}
+	h.fp.set("after_claim", func(context.Context) error {
+		return &pipeline.ClassifiedError{Class: pipeline.ClassPermanent, Code: "test_permanent", Message: "injected"}
+	})
+	if _, o, err := h.attempt("render-v2", true); err != nil || o.Status != pipeline.StatusFailed {
+		t.Fatalf("permanent attempt: %+v, %v", o, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.codes) != 1 || m.codes[0] != "test_transient" {
+		t.Fatalf("RetryScheduled calls %v, want exactly [test_transient]", m.codes)
+	}
+}
+
+// Forget removes a settled job's spooled results, and only that job's.
+func TestEngineForgetRemovesSpool(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	mine := filepath.Join(h.cfg.SpoolDir, "v1-forget")
+	other := filepath.Join(h.cfg.SpoolDir, "v1-keep")
+	for _, dir := range []string{mine, other} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "call-1"), []byte("paid"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.engine.Forget("v1-forget")
+	if _, err := os.Stat(mine); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("spool of the forgotten job: %v, want it gone", err)
+	}
+	if _, err := os.Stat(filepath.Join(other, "call-1")); err != nil {
+		t.Fatalf("another job's spool: %v, want it kept", err)
 	}
 }

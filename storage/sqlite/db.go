@@ -268,6 +268,14 @@ func (s *Store) inTx(ctx context.Context, fn func(*wtx) error) error {
 	// Statements first seen in this transaction are prepared on the pool
 	// once it is free again (the pool's one connection is ours until then).
 	defer s.stmts.preparePending(ctx)
+	// A panic in fn must give the connection back before preparePending
+	// (deferred above, so it runs after this) asks the pool for it.
+	defer func() {
+		if p := recover(); p != nil {
+			_ = tx.Rollback()
+			panic(p)
+		}
+	}()
 	if err := fn(&wtx{tx: tx, cache: &s.stmts}); err != nil {
 		_ = tx.Rollback()
 		return err
