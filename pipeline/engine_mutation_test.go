@@ -241,6 +241,7 @@ type stallProviders struct {
 	clock atomic.Pointer[pipeline.ManualClock]
 	step  time.Duration
 	polls atomic.Int32
+	fail  bool // every status poll fails
 }
 
 func (p *stallProviders) setInner(in pipeline.Providers) { p.Providers = in }
@@ -254,7 +255,7 @@ func (p *stallProviders) SubmitVideo(context.Context, pipeline.CallMeta, pipelin
 var errPollLimit = errors.New("poll limit reached")
 
 func (p *stallProviders) VideoStatus(context.Context, string) (pipeline.VideoState, error) {
-	if p.polls.Add(1) > 20 {
+	if p.polls.Add(1) > 20 || p.fail {
 		return pipeline.VideoState{}, errPollLimit
 	}
 	p.clock.Load().Advance(p.step)
@@ -549,5 +550,77 @@ func TestEngineForgetRemovesSpool(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(other, "call-1")); err != nil {
 		t.Fatalf("another job's spool: %v, want it kept", err)
+	}
+}
+
+// spoolFiles lists the files left in a job's spool directory.
+func spoolFiles(t *testing.T, h *harness, id string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(h.cfg.SpoolDir, id))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// A paid result is spooled until stored, then removed: a finished job
+// leaves nothing in its spool directory.
+func TestEngineSpoolEmptiedOnceStored(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.submit("v1-spool", board(img("a field", "wind over the field", 700), img("a hill", "", 700)))
+	if _, o, err := h.attempt("render-v1", true); err != nil || o.Status != pipeline.StatusSucceeded {
+		t.Fatalf("attempt: %+v, %v", o, err)
+	}
+	if left := spoolFiles(t, h, "v1-spool"); len(left) != 0 {
+		t.Fatalf("spool files left after the results were stored: %v", left)
+	}
+}
+
+// A worker that died after a sync call's answer was spooled but before the
+// call was recorded as answered left an intent row and a whole spool file:
+// the next attempt stores that file instead of stopping for review or
+// paying again.
+func TestEngineRecoversSpoolOfUnrecordedAnswer(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) { ec.UnitConcurrency = 1 }))
+	h.submit("v1-recover", board(img("a pier", "waves under the pier", 700)))
+	// Answers: #1 the image, #2 the speech; freeze right after the speech's.
+	h.crashAt("render-v1", "after_provider_response", 2)
+	calls, err := h.store.ProviderCalls(context.Background(), "v1-recover", 0, pipeline.OpSpeech)
+	if err != nil || len(calls) != 1 || calls[0].Status != pipeline.CallIntent {
+		t.Fatalf("speech calls after the crash %+v, %v; want one open intent", calls, err)
+	}
+	h.clock.Advance(2 * time.Minute)
+	h.drain(5)
+	if j := h.job("v1-recover"); j.Status != pipeline.StatusSucceeded {
+		t.Fatalf("job ended %s (%s), want succeeded from the spooled answer", j.Status, j.LastErrorCode)
+	}
+	if n := h.fake.Ledger().Billed.Speech; n != 1 {
+		t.Fatalf("speech billed %d times, want 1", n)
+	}
+}
+
+// Status polls that keep failing end the attempt after five in a row as a
+// transient provider_poll_failed (the next attempt polls the same job).
+func TestEngineVideoPollFailures(t *testing.T) {
+	t.Parallel()
+	sp := &stallProviders{step: time.Second, fail: true}
+	h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers { return sp }))
+	sp.clock.Store(h.clock)
+	h.submit("v1-pollfail", board(vid("unreadable status", "", 600)))
+	_, o := runOnce(t, h)
+	if o.Status != pipeline.StatusRetryWait || o.ErrorCode != "provider_poll_failed" {
+		t.Fatalf("outcome %+v, want retry_wait provider_poll_failed", o)
+	}
+	if n := sp.polls.Load(); n != 5 {
+		t.Fatalf("%d polls, want 5", n)
 	}
 }

@@ -170,3 +170,53 @@ func TestProviderCallAuditTrail(t *testing.T) {
 		t.Fatalf("billed %v, want image 2, speech 0", billed)
 	}
 }
+
+// An operator's retry waives the calls whose outcome was unknown (they
+// would otherwise stop every later attempt); failing the job leaves the
+// audit trail as it was.
+func TestDecideWaivesUnknownCallsOnlyOnRetry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, "", pipeline.NewManualClock(t0))
+	for _, tt := range []struct {
+		id     string
+		d      pipeline.ReviewDecision
+		status string // of the unknown calls afterwards
+	}{
+		{"v1-waive", pipeline.DecisionRetry, pipeline.CallWaived},
+		{"v1-nowaive", pipeline.DecisionFail, pipeline.CallAmbiguous},
+	} {
+		nj := newJob(tt.id)
+		nj.Queue = "review-" + tt.id // its own queue: the other job is fetched nowhere else
+		mustCreate(t, s, nj)
+		c := fetchOne(t, s, nj.Queue, "w")
+		amb, err := s.RecordIntent(ctx, c.Lease, pipeline.ProviderCall{Scene: 0, Op: pipeline.OpSpeech, Provider: "fake", Contract: pipeline.ContractSync})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.FinishCall(ctx, amb, pipeline.CallAmbiguous, 0, "provider_connection_lost", ""); err != nil {
+			t.Fatal(err)
+		}
+		ok, err := s.RecordIntent(ctx, c.Lease, pipeline.ProviderCall{Scene: 0, Op: pipeline.OpImage, Provider: "fake", Contract: pipeline.ContractIdempotentVerified})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.FinishCall(ctx, ok, pipeline.CallSucceeded, 200, "", ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Finish(ctx, c.Lease, pipeline.Outcome{Status: pipeline.StatusNeedsReview, RequiresAction: true,
+			ErrorClass: pipeline.ClassAmbiguous, ErrorCode: "provider_outcome_unknown"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Decide(ctx, tt.id, tt.d, "op"); err != nil {
+			t.Fatal(err)
+		}
+		calls, err := s.ProviderCalls(ctx, tt.id, -1, "")
+		if err != nil || len(calls) != 2 {
+			t.Fatalf("%s: calls %+v, %v", tt.id, calls, err)
+		}
+		if calls[0].Status != tt.status || calls[1].Status != pipeline.CallSucceeded {
+			t.Errorf("%s after %s: call statuses %s, %s; want %s, succeeded", tt.id, tt.d, calls[0].Status, calls[1].Status, tt.status)
+		}
+	}
+}
