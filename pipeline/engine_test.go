@@ -396,3 +396,76 @@ func reaches(t, target reflect.Type, seen map[reflect.Type]bool) string {
 
 var _ = fmt.Sprint
 var _ = io.EOF
+
+// A sibling's failure does not tear down a paid call that cannot be repeated
+// safely (a sync speech call, a video submission): the request in flight
+// completes and is recorded, the job waits to retry (not needs_review), and
+// the next attempt uses that result (the spooled speech, the video's id)
+// instead of paying again.
+func TestSiblingFailureLetsPaidCallFinish(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		op     string
+		scene0 pipeline.Scene
+		billed func(fake.LedgerSnapshot) int64
+	}{
+		{pipeline.OpSpeech, img("a", "narration for a", 600), func(l fake.LedgerSnapshot) int64 { return l.Billed.Speech }},
+		{pipeline.OpVideoSubmit, vid("a", "", 600), func(l fake.LedgerSnapshot) int64 { return l.Billed.Video }},
+	} {
+		t.Run(tc.op, func(t *testing.T) {
+			t.Parallel()
+			inCall := make(chan struct{})
+			failed := make(chan struct{})
+			var sawCancel, rateLimited atomic.Bool
+			h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers {
+				return &hookProviders{before: func(ctx context.Context, op, unit string) error {
+					switch {
+					case op == tc.op && strings.HasSuffix(unit, "/0"):
+						if rateLimited.Load() {
+							return nil // a later attempt; the ledger check below catches a second payment
+						}
+						close(inCall)
+						<-failed
+						// The sibling's error cancels the stage within a few
+						// milliseconds; a call still bound to it would see that.
+						select {
+						case <-ctx.Done():
+							sawCancel.Store(true)
+							return ctx.Err()
+						case <-time.After(500 * time.Millisecond):
+							return nil
+						}
+					case op == pipeline.OpImage && strings.HasSuffix(unit, "/1") && !rateLimited.Load():
+						select {
+						case <-inCall:
+						case <-time.After(10 * time.Second):
+							return errors.New("the paid call never started")
+						}
+						rateLimited.Store(true)
+						close(failed)
+						return &pipeline.CallError{Op: op, Outcome: pipeline.OutcomeRateLimited, HTTPStatus: 429, Code: "provider_rate_limited", RetryAfter: time.Second}
+					}
+					return nil
+				}}
+			}))
+			h.submit("v1-inflight", board(tc.scene0, img("b", "", 600)))
+			if _, o, err := h.attempt("render-v1", true); err != nil || o.Status != pipeline.StatusRetryWait {
+				t.Fatalf("attempt 1: %+v %v (want retry_wait)", o, err)
+			}
+			if sawCancel.Load() {
+				t.Fatal("the sibling's failure canceled a paid call in flight")
+			}
+			calls, err := h.store.ProviderCalls(context.Background(), "v1-inflight", 0, tc.op)
+			if err != nil || len(calls) != 1 || calls[0].Status != pipeline.CallSucceeded {
+				t.Fatalf("%s calls after attempt 1: %+v %v", tc.op, calls, err)
+			}
+			h.drain(5)
+			if j := h.job("v1-inflight"); j.Status != pipeline.StatusSucceeded {
+				t.Fatalf("job ended %s (%s)", j.Status, j.LastErrorCode)
+			}
+			if n := tc.billed(h.fake.Ledger()); n != 1 {
+				t.Fatalf("%s billed %d times, want 1", tc.op, n)
+			}
+		})
+	}
+}

@@ -56,7 +56,7 @@ func execute(ctx context.Context, d ExecuteDeps, a *attempt) error {
 		if a.units[i].Status == UnitGenerated {
 			continue
 		}
-		g.Go(func() error { return runUnit(gctx, d, a, i) })
+		g.Go(func() error { return runUnit(gctx, ctx, d, a, i) })
 	}
 	if err := g.Wait(); err != nil {
 		return err
@@ -80,10 +80,13 @@ type unitRun struct {
 	a     *attempt
 	scene Scene
 	unit  Unit
+	// attemptCtx is the attempt's context, which a sibling's failure does
+	// not cancel (the ctx the unit runs under does): see callContext.
+	attemptCtx context.Context
 }
 
-func runUnit(ctx context.Context, d ExecuteDeps, a *attempt, i int) error {
-	u := &unitRun{d: d, a: a, scene: a.board.Scenes[i], unit: a.units[i]}
+func runUnit(ctx, attemptCtx context.Context, d ExecuteDeps, a *attempt, i int) error {
+	u := &unitRun{d: d, a: a, scene: a.board.Scenes[i], unit: a.units[i], attemptCtx: attemptCtx}
 	if u.unit.Artifacts == nil {
 		u.unit.Artifacts = map[string]string{}
 	}
@@ -281,6 +284,22 @@ func (u *unitRun) mayCall(ctx context.Context, op string, contract Contract) err
 	return nil
 }
 
+// callContext is the context a provider request runs under once its intent
+// is recorded. A sibling's failure stops this unit from starting anything
+// new, but a request that cannot be repeated safely is not torn down in
+// flight: aborting it cannot undo the charge, it only throws the paid result
+// away and leaves the call ambiguous, which parks the job for a human. Such a
+// request runs to its own end (the adapter's timeout) under the attempt's
+// context, which shutdown past its deadline and a lost lease still cancel;
+// its result is spooled and recorded, and the next attempt stores it instead
+// of paying again. A request the provider deduplicates is simply abandoned.
+func (u *unitRun) callContext(ctx context.Context, contract Contract) context.Context {
+	if contract == ContractIdempotentVerified || u.attemptCtx == nil {
+		return ctx
+	}
+	return u.attemptCtx
+}
+
 // syncCall makes one synchronous provider call and spools its media.
 func (u *unitRun) syncCall(ctx context.Context, op, name string) (string, error) {
 	p := u.d.Providers
@@ -306,6 +325,7 @@ func (u *unitRun) syncCall(ctx context.Context, op, name string) (string, error)
 	if err := callFP(ctx, u.d.Failpoint, "after_provider_intent"); err != nil {
 		return "", err
 	}
+	ctx = u.callContext(ctx, contract)
 	w, h := u.a.board.Options.Size()
 	var m Media
 	switch op {
@@ -429,25 +449,28 @@ func (u *unitRun) video(ctx context.Context) (string, error) {
 		if err := callFP(ctx, u.d.Failpoint, "after_provider_intent"); err != nil {
 			return "", err
 		}
+		// Submitted, the id is what a later attempt recovers by; see
+		// callContext for why a sibling's failure does not cut this short.
+		sctx := u.callContext(ctx, contract)
 		w, h := u.a.board.Options.Size()
-		ext, err = p.SubmitVideo(ctx, CallMeta{UnitID: u.unitID()}, VideoRequest{Prompt: u.scene.VideoPrompt,
+		ext, err = p.SubmitVideo(sctx, CallMeta{UnitID: u.unitID()}, VideoRequest{Prompt: u.scene.VideoPrompt,
 			DurationMS: u.scene.DurationMS, Width: w, Height: h, FPS: u.a.board.Options.FPS})
 		if err != nil {
-			return "", u.callFailed(ctx, id, OpVideoSubmit, contract, err)
+			return "", u.callFailed(sctx, id, OpVideoSubmit, contract, err)
 		}
 		// The id is persisted before anything else happens: from here on
 		// the job can only ever be recovered by polling it.
 		u.d.Metrics.ProviderCall(OpVideoSubmit, CallSucceeded)
-		if err := u.d.Store.FinishCall(context.WithoutCancel(ctx), id, CallSucceeded, 202, "", ext); err != nil {
+		if err := u.d.Store.FinishCall(context.WithoutCancel(sctx), id, CallSucceeded, 202, "", ext); err != nil {
 			return "", storeErr(err)
 		}
-		if err := callFP(ctx, u.d.Failpoint, "after_provider_response"); err != nil {
+		if err := callFP(sctx, u.d.Failpoint, "after_provider_response"); err != nil {
 			return "", err
 		}
-		if err := u.d.Store.UpdateUnit(ctx, u.a.lease, u.unit.Scene, UnitUpdate{Status: UnitSubmitted, ExternalJobID: ext}); err != nil {
+		if err := u.d.Store.UpdateUnit(sctx, u.a.lease, u.unit.Scene, UnitUpdate{Status: UnitSubmitted, ExternalJobID: ext}); err != nil {
 			return "", storeErr(err)
 		}
-		if err := u.d.Store.AppendEvent(ctx, u.a.lease, EventUnitSubmitted, map[string]any{"scene": u.unit.Scene}); err != nil {
+		if err := u.d.Store.AppendEvent(sctx, u.a.lease, EventUnitSubmitted, map[string]any{"scene": u.unit.Scene}); err != nil {
 			return "", storeErr(err)
 		}
 	}
