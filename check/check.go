@@ -25,7 +25,7 @@ type Store interface {
 	KeyReferenced(ctx context.Context, key string) (bool, error)
 	BilledCallGroups(ctx context.Context) ([]pipeline.BilledCallGroup, error)
 	EachJob(ctx context.Context, fn func(pipeline.Job) error) error
-	EachStatusEvent(ctx context.Context, fn func(pipeline.Event) error) error
+	EachAuditEvent(ctx context.Context, fn func(pipeline.Event) error) error
 	WaivedCalls(ctx context.Context) (map[string]map[string]int, error)
 }
 
@@ -207,19 +207,37 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return r, err
 	}
 
+	// 5, per attempt: every stage an attempt started names the workflow
+	// implementation that ran it, which must be the id prefix's version.
 	// 6: the event log of every job walks the transition table, and nothing
 	// follows a terminal status except a redrive of dead_lettered.
 	var (
 		curJob   string
 		cur      pipeline.Status
 		redriven bool
+		want     string // the version the current job's id prefix routes to
 	)
-	err = cfg.Store.EachStatusEvent(ctx, func(e pipeline.Event) error {
+	err = cfg.Store.EachAuditEvent(ctx, func(e pipeline.Event) error {
 		r.Events++
 		if e.JobID != curJob {
-			curJob, cur, redriven = e.JobID, "", false
+			curJob, cur, redriven, want = e.JobID, "", false, ""
+			if id, perr := routing.ParseInstanceID(e.JobID); perr == nil {
+				want = id.VersionOrDefault()
+			}
 		}
 		switch e.Kind {
+		case pipeline.EventStageStarted:
+			var d struct {
+				Stage    string `json:"stage"`
+				Workflow string `json:"workflow"`
+			}
+			if err := json.Unmarshal(e.Detail, &d); err != nil {
+				add(Violation{Invariant: 5, Kind: "unreadable_stage_event", JobID: e.JobID, Detail: fmt.Sprintf("event %d: %v", e.ID, err)})
+			} else if want != "" && d.Workflow != want {
+				add(Violation{Invariant: 5, Kind: "attempt_version_mismatch", JobID: e.JobID,
+					Detail: fmt.Sprintf("attempt %s ran stage %s on workflow %q; the id says %s", e.AttemptID, d.Stage, d.Workflow, want)})
+			}
+			return nil
 		case pipeline.EventCreated:
 			cur = pipeline.StatusPending
 			return nil

@@ -52,6 +52,9 @@ func (e *env) finishedJob(t *testing.T, id string) (pipeline.Lease, string) {
 		t.Fatalf("fetch: %v", err)
 	}
 	l := cs[0].Lease
+	if err := e.store.AppendEvent(ctx, l, pipeline.EventStageStarted, map[string]any{"stage": pipeline.StagePrepare, "workflow": id[:2]}); err != nil {
+		t.Fatal(err)
+	}
 	key := pipeline.PrefixUnits + "v1/ab/" + id + ".png"
 	if err := e.store.ClaimObject(ctx, l, key); err != nil {
 		t.Fatal(err)
@@ -142,6 +145,9 @@ func TestEachInvariantIsDetected(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, check.Config{}, "version_mismatch"},
+		{"attempt ran another version", func(t *testing.T, e *env, _ pipeline.Lease, _ string) {
+			mustExec(t, e, `INSERT INTO job_events (job_id, at, kind, attempt_id, detail_json) VALUES ('v1-a', 1, 'stage_started', 'att_x', '{"stage":"execute","workflow":"v2"}')`)
+		}, check.Config{}, "attempt_version_mismatch"},
 		{"terminal changed", func(t *testing.T, e *env, _ pipeline.Lease, _ string) {
 			mustExec(t, e, `INSERT INTO job_events (job_id, at, kind, from_status, to_status) VALUES ('v1-a', 1, 'status', 'succeeded', 'running')`)
 		}, check.Config{}, "terminal_changed"},

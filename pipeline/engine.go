@@ -260,6 +260,9 @@ func (e *Engine) runStages(ctx context.Context, a *attempt) (string, error) {
 		return "", err
 	}
 	start := e.cfg.Clock.Now()
+	if err := e.stageStarted(ctx, a, StagePrepare); err != nil {
+		return "", err
+	}
 	if err := prepare(ctx, e.cfg.Store, a); err != nil {
 		return "", err
 	}
@@ -269,6 +272,9 @@ func (e *Engine) runStages(ctx context.Context, a *attempt) (string, error) {
 	e.cfg.Metrics.StageDuration(StagePrepare, e.cfg.Clock.Now().Sub(start))
 
 	start = e.cfg.Clock.Now()
+	if err := e.stageStarted(ctx, a, StageExecute); err != nil {
+		return "", err
+	}
 	if err := execute(ctx, ExecuteDeps{
 		Store: e.cfg.Store, Objects: e.cfg.Objects, Providers: e.cfg.Providers, Clock: e.cfg.Clock,
 		Concurrency: e.cfg.UnitConcurrency, PollInterval: e.cfg.VideoPollInterval, VideoTimeout: e.cfg.VideoTimeout,
@@ -290,6 +296,9 @@ func (e *Engine) runStages(ctx context.Context, a *attempt) (string, error) {
 		return "", &ClassifiedError{Class: ClassTransient, Code: "renderer_unavailable", Message: "the renderer could not start", Cause: err}
 	}
 	start = e.cfg.Clock.Now()
+	if err := e.stageStarted(ctx, a, StageApply); err != nil {
+		return "", err
+	}
 	clips, err := apply(ctx, ApplyDeps{Cancel: e.cfg.Store, Objects: e.cfg.Objects, Renderer: r}, a)
 	if err != nil {
 		return "", localErr(err)
@@ -300,6 +309,9 @@ func (e *Engine) runStages(ctx context.Context, a *attempt) (string, error) {
 	e.cfg.Metrics.StageDuration(StageApply, e.cfg.Clock.Now().Sub(start))
 
 	start = e.cfg.Clock.Now()
+	if err := e.stageStarted(ctx, a, StageFinalize); err != nil {
+		return "", err
+	}
 	key, err := finalize(ctx, FinalizeDeps{Cancel: e.cfg.Store, Ledger: e.cfg.Store, Objects: e.cfg.Objects, Renderer: r,
 		Failpoint: e.cfg.Failpoint, Metrics: e.cfg.Metrics}, a, clips)
 	if err != nil {
@@ -313,6 +325,14 @@ func (e *Engine) runStages(ctx context.Context, a *attempt) (string, error) {
 		return "", err
 	}
 	return key, nil
+}
+
+// stageStarted records that the attempt entered a stage, and with which
+// workflow implementation: the job's version says what should run, this
+// says what did, which is what `edgepipe check` holds against the id prefix
+// (DESIGN §9, invariant 5).
+func (e *Engine) stageStarted(ctx context.Context, a *attempt, stage string) error {
+	return storeErr(e.cfg.Store.AppendEvent(ctx, a.lease, EventStageStarted, map[string]any{"stage": stage, "workflow": a.workflow.Version}))
 }
 
 // localErr classifies what apply and finalize fail with. Those stages have

@@ -624,3 +624,25 @@ func TestEngineVideoPollFailures(t *testing.T) {
 		t.Fatalf("%d polls, want 5", n)
 	}
 }
+
+// Every stage an attempt enters is recorded with the workflow that ran it,
+// in order: `edgepipe check` holds the workflow against the id prefix.
+func TestEngineStageStartedNamesWorkflow(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	for _, id := range []string{"v1-stages", "v2-stages"} {
+		h.submit(id, board(img("a lighthouse", "", 600)))
+	}
+	h.drain(5)
+	for _, id := range []string{"v1-stages", "v2-stages"} {
+		var got []string
+		for _, d := range unitEvents(t, h, id, pipeline.EventStageStarted) {
+			got = append(got, fmt.Sprint(d["stage"], "@", d["workflow"]))
+		}
+		v := id[:2]
+		want := []string{pipeline.StagePrepare + "@" + v, pipeline.StageExecute + "@" + v, pipeline.StageApply + "@" + v, pipeline.StageFinalize + "@" + v}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s stage_started %v, want %v", id, got, want)
+		}
+	}
+}

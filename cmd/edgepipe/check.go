@@ -22,7 +22,8 @@ same size and SHA-256; (2) every object under units/ and renders/ has an
 asset row or a live claim; (3) no (job, scene) has two possibly billed calls
 to a non-idempotent provider (and, with --ledger, the provider's own ledger
 agrees); (4) no job is stuck unsettled past its lease or retry time; (5) every
-job's version and queue match its id prefix; (6) every job's event log walks
+job's version and queue match its id prefix, and every stage an attempt ran
+names that version's workflow; (6) every job's event log walks
 the transition table and nothing moves a terminal job (except a redrive).
 Prints a summary and each violation with its ids. Exit code 0 only when clean.`)
 	asJSON := fs.Bool("json", false, "print the report as JSON")

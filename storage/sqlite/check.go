@@ -50,11 +50,12 @@ func (s *Store) EachJob(ctx context.Context, fn func(pipeline.Job) error) error 
 	return translate(rows.Err())
 }
 
-// EachStatusEvent calls fn for every status and redrive event, ordered by
-// job and then by event id.
-func (s *Store) EachStatusEvent(ctx context.Context, fn func(pipeline.Event) error) error {
+// EachAuditEvent calls fn for every event `edgepipe check` audits (created,
+// status, redrive, and stage starts, which name the workflow that ran),
+// ordered by job and then by event id.
+func (s *Store) EachAuditEvent(ctx context.Context, fn func(pipeline.Event) error) error {
 	rows, err := s.read.QueryContext(ctx, `SELECT id, job_id, at, kind, from_status, to_status, attempt_id, detail_json
-		FROM job_events WHERE kind IN ('created','status','redriven') ORDER BY job_id, id`)
+		FROM job_events WHERE kind IN ('created','status','redriven','stage_started') ORDER BY job_id, id`)
 	if err != nil {
 		return translate(err)
 	}
