@@ -222,7 +222,9 @@ func (s *Store) migrate(ctx context.Context) error {
 		return fmt.Errorf("sqlite: create schema_migrations: %w", translate(err))
 	}
 	for _, m := range ms {
+		applied := false
 		err := s.inTx(ctx, func(tx *wtx) error {
+			applied = false
 			var n int
 			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, m.version).Scan(&n); err != nil {
 				return err
@@ -230,6 +232,7 @@ func (s *Store) migrate(ctx context.Context) error {
 			if n > 0 {
 				return nil
 			}
+			applied = true
 			// Multi-statement scripts cannot be prepared; run them raw.
 			if _, err := tx.tx.ExecContext(ctx, m.sql); err != nil {
 				return fmt.Errorf("apply %s: %w", m.name, err)
@@ -240,6 +243,10 @@ func (s *Store) migrate(ctx context.Context) error {
 		})
 		if err != nil {
 			return fmt.Errorf("sqlite: migrate: %w", err)
+		}
+		if applied {
+			// A schema change is worth a line in the operator's log.
+			s.log.Info("sqlite: applied migration", "version", m.version, "name", m.name)
 		}
 	}
 	var maxV int

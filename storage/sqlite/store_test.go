@@ -1,12 +1,15 @@
 package sqlite
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -597,5 +600,29 @@ func TestCreatedJobMatchesStoredRow(t *testing.T) {
 		if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
 			t.Fatalf("returned %+v\nstored   %+v", got, want)
 		}
+	}
+}
+
+// The injected logger (not a global) hears about schema changes, once.
+func TestMigrationsLoggedToInjectedLogger(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "m.db")
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	open := func() {
+		s, err := Open(context.Background(), Config{Path: path, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+	}
+	open()
+	if n := strings.Count(buf.String(), "applied migration"); n != 1 || !strings.Contains(buf.String(), "0001_init.sql") {
+		t.Fatalf("first open logged %q", buf.String())
+	}
+	buf.Reset()
+	open()
+	if strings.Contains(buf.String(), "applied migration") {
+		t.Fatalf("reopening logged %q", buf.String())
 	}
 }
