@@ -207,7 +207,7 @@ func (e *Engine) Run(ctx context.Context, c Claimed) (Outcome, error) {
 		// The worker only consumes bound versions' queues; a job of another
 		// version here is a routing bug. Park it, never run it as another
 		// version.
-		return Outcome{Status: StatusDeadLettered, Reason: ReasonUnboundVersion, ErrorCode: ReasonUnboundVersion,
+		return Outcome{Status: StatusDeadLettered, Reason: ReasonUnboundVersion, ErrorClass: ClassPermanent, ErrorCode: ReasonUnboundVersion,
 			ErrorMessage: "this deployment has no implementation of the job's workflow version", RequiresAction: true}, nil
 	}
 	tmp, err := os.MkdirTemp(e.cfg.TempDir, "edgepipe-"+c.Lease.AttemptID+"-")

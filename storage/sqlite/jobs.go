@@ -112,11 +112,11 @@ func (s *Store) createJobTx(ctx context.Context, tx *wtx, now int64, nj pipeline
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO jobs (id, tenant, operation, idempotency_key, request_fingerprint,
 		input_json, workflow_version, queue, status, status_changed_at, created_at, updated_at, webhook_url,
-		last_error_code, last_error_message, requires_action)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		last_error_class, last_error_code, last_error_message, requires_action)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		nj.ID, nj.Tenant, nj.Operation, nj.IdempotencyKey, nj.RequestFingerprint, string(nj.Input),
 		nj.Version, nj.Queue, status, now, now, now, nj.WebhookURL,
-		nj.DeadLetterReason, deadLetterMessage(nj.DeadLetterReason), boolInt(nj.DeadLetterReason != ""))
+		deadLetterClass(nj.DeadLetterReason), nj.DeadLetterReason, deadLetterMessage(nj.DeadLetterReason), boolInt(nj.DeadLetterReason != ""))
 	if err != nil {
 		if errors.Is(translate(err), ErrConstraint) {
 			return job, false, fmt.Errorf("%w: job id %s is taken", pipeline.ErrAlreadyExists, nj.ID)
@@ -151,8 +151,17 @@ func (s *Store) createJobTx(ctx context.Context, tx *wtx, now int64, nj pipeline
 	job = pipeline.Job{ID: nj.ID, Tenant: nj.Tenant, Operation: nj.Operation, IdempotencyKey: nj.IdempotencyKey,
 		RequestFingerprint: nj.RequestFingerprint, Input: nj.Input, Version: nj.Version, Queue: nj.Queue, Status: status,
 		StatusChangedAt: t, CreatedAt: t, UpdatedAt: t, WebhookURL: nj.WebhookURL,
-		LastErrorCode: nj.DeadLetterReason, LastErrorMessage: deadLetterMessage(nj.DeadLetterReason), RequiresAction: nj.DeadLetterReason != ""}
+		LastErrorClass: pipeline.ErrorClass(deadLetterClass(nj.DeadLetterReason)), LastErrorCode: nj.DeadLetterReason, LastErrorMessage: deadLetterMessage(nj.DeadLetterReason), RequiresAction: nj.DeadLetterReason != ""}
 	return job, true, nil
+}
+
+// deadLetterClass is the error class of a job dead-lettered at submission:
+// permanent, since no retry can succeed until an operator acts.
+func deadLetterClass(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return string(pipeline.ClassPermanent)
 }
 
 // deadLetterMessage is the safe text shown for a dead-letter reason.

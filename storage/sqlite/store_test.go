@@ -208,8 +208,14 @@ func TestDeadLetteredAtSubmission(t *testing.T) {
 	nj.Version, nj.Queue = "v2", ""
 	nj.DeadLetterReason, nj.DeadLetterQueue, nj.DeadLetterDetail = pipeline.ReasonUnboundVersion, "render-v2", "v2 is not bound"
 	j := mustCreate(t, s, nj)
-	if j.Status != pipeline.StatusDeadLettered || j.LastErrorCode != pipeline.ReasonUnboundVersion || !j.RequiresAction {
+	if j.Status != pipeline.StatusDeadLettered || j.LastErrorCode != pipeline.ReasonUnboundVersion || !j.RequiresAction ||
+		j.LastErrorClass != pipeline.ClassPermanent {
 		t.Fatalf("job %+v", j)
+	}
+	// What was answered is what was stored.
+	if got, err := s.GetJob(context.Background(), "v2-x"); err != nil || got.LastErrorClass != pipeline.ClassPermanent ||
+		got.LastErrorCode != j.LastErrorCode || got.LastErrorMessage != j.LastErrorMessage {
+		t.Fatalf("stored %+v, %v; answered %+v", got, err, j)
 	}
 	if n := countRows(t, s, `SELECT count(*) FROM queue_messages`); n != 0 {
 		t.Fatalf("unbound job was enqueued (%d messages)", n)
@@ -222,6 +228,9 @@ func TestDeadLetteredAtSubmission(t *testing.T) {
 	bad.Queue = ""
 	if _, _, err := s.CreateJob(context.Background(), bad); !errors.Is(err, pipeline.ErrInvalidInput) {
 		t.Fatalf("job with neither queue nor dead letter: %v", err)
+	}
+	if ok := mustCreate(t, s, newJob("v1-ok")); ok.LastErrorClass != "" || ok.LastErrorCode != "" || ok.RequiresAction {
+		t.Fatalf("a queued job carries an error: %+v", ok)
 	}
 }
 
