@@ -171,3 +171,31 @@ type BilledCallGroup struct {
 	Contract Contract
 	Count    int
 }
+
+// WebhookDelivery is one webhook outbox row: a notification for one
+// settled job. The webhook package delivers it; a Store persists it.
+type WebhookDelivery struct {
+	ID      int64
+	JobID   string
+	EventID int64 // the job event that settled it
+	URL     string
+	Payload []byte // the JSON body, signed as is
+	// Attempts counts the times the delivery was claimed, including the
+	// current claim: a claimed delivery may have been sent.
+	Attempts int
+	// Status is pending, delivered or failed.
+	Status    string
+	LastError string // safe text: a status code or an error class
+	CreatedAt time.Time
+	// LeaseUntil is when the current claim expires; the store uses it as
+	// the claim's fencing token.
+	LeaseUntil  time.Time
+	DeliveredAt time.Time
+}
+
+// Webhook delivery statuses.
+const (
+	WebhookPending   = "pending"
+	WebhookDelivered = "delivered"
+	WebhookFailed    = "failed"
+)

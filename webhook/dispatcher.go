@@ -16,31 +16,15 @@ import (
 	"edgepipe/pipeline"
 )
 
-// Delivery is one outbox row: a notification for one settled job.
-type Delivery struct {
-	ID      int64
-	JobID   string
-	EventID int64 // the job event that settled it
-	URL     string
-	Payload []byte // the JSON body, signed as is
-	// Attempts counts the times the delivery was claimed, including the
-	// current claim: a claimed delivery may have been sent.
-	Attempts int
-	// Status is pending, delivered or failed.
-	Status    string
-	LastError string // safe text: a status code or an error class
-	CreatedAt time.Time
-	// LeaseUntil is when the current claim expires; the store uses it as
-	// the claim's fencing token.
-	LeaseUntil  time.Time
-	DeliveredAt time.Time
-}
+// Delivery is one outbox row (defined in pipeline, which storage drivers
+// may import; they must not import this package).
+type Delivery = pipeline.WebhookDelivery
 
 // Delivery statuses.
 const (
-	StatusPending   = "pending"
-	StatusDelivered = "delivered"
-	StatusFailed    = "failed"
+	StatusPending   = pipeline.WebhookPending
+	StatusDelivered = pipeline.WebhookDelivered
+	StatusFailed    = pipeline.WebhookFailed
 )
 
 // Store is what the dispatcher needs from the outbox (storage/sqlite

@@ -10,14 +10,13 @@ import (
 	"unicode/utf8"
 
 	"edgepipe/pipeline"
-	"edgepipe/webhook"
 )
 
 // The webhook outbox. enqueueWebhook (events.go) writes a row in the
 // transaction that settles a job; these methods are the dispatcher's side.
 // They write only webhook_outbox, so no delivery outcome can change a job.
-
-var _ webhook.Store = (*Store)(nil)
+// (The Store satisfies webhook.Store; webhooks_test.go asserts it, since
+// this driver imports only pipeline.)
 
 // maxWebhookError caps the stored last_error; the dispatcher only ever
 // passes short safe texts, this keeps a careless caller from bloating rows.
@@ -26,9 +25,9 @@ const maxWebhookError = 200
 const webhookColumns = `id, job_id, event_id, url, payload_json, attempts, status, last_error, created_at,
 	next_attempt_at, delivered_at`
 
-func scanWebhook(r rowScanner) (webhook.Delivery, error) {
+func scanWebhook(r rowScanner) (pipeline.WebhookDelivery, error) {
 	var (
-		d               webhook.Delivery
+		d               pipeline.WebhookDelivery
 		payload         string
 		created, nextAt int64
 		delivered       sql.NullInt64
@@ -48,11 +47,11 @@ func scanWebhook(r rowScanner) (webhook.Delivery, error) {
 // attempt (a claimed delivery may have been sent). The new next_attempt_at
 // is the claim's fencing token (Delivery.LeaseUntil): a later claim always
 // sets a later one.
-func (s *Store) ClaimWebhooks(ctx context.Context, limit int, lease time.Duration) ([]webhook.Delivery, error) {
+func (s *Store) ClaimWebhooks(ctx context.Context, limit int, lease time.Duration) ([]pipeline.WebhookDelivery, error) {
 	if limit <= 0 || lease < time.Millisecond {
 		return nil, fmt.Errorf("%w: claiming webhooks needs a positive limit and lease", pipeline.ErrInvalidInput)
 	}
-	var out []webhook.Delivery
+	var out []pipeline.WebhookDelivery
 	err := s.inTx(ctx, func(tx *wtx) error {
 		out = out[:0]
 		now := s.now()
@@ -76,14 +75,14 @@ func (s *Store) ClaimWebhooks(ctx context.Context, limit int, lease time.Duratio
 	if err != nil {
 		return nil, translate(err)
 	}
-	slices.SortFunc(out, func(a, b webhook.Delivery) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b pipeline.WebhookDelivery) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
 }
 
 // MarkWebhookDelivered records that the receiver acknowledged d. It applies
 // only while d's claim is the current one; otherwise the error matches
 // pipeline.ErrLeaseLost and nothing changes.
-func (s *Store) MarkWebhookDelivered(ctx context.Context, d webhook.Delivery) error {
+func (s *Store) MarkWebhookDelivered(ctx context.Context, d pipeline.WebhookDelivery) error {
 	return s.inTx(ctx, func(tx *wtx) error {
 		now := s.now()
 		res, err := tx.ExecContext(ctx, `UPDATE webhook_outbox SET status = 'delivered', delivered_at = ?, last_error = ''
@@ -98,12 +97,12 @@ func (s *Store) MarkWebhookDelivered(ctx context.Context, d webhook.Delivery) er
 // MarkWebhookFailed records a failed attempt of d with a safe error text:
 // pending again from next, or failed for good when next is zero. Fenced like
 // MarkWebhookDelivered.
-func (s *Store) MarkWebhookFailed(ctx context.Context, d webhook.Delivery, lastError string, next time.Time) error {
+func (s *Store) MarkWebhookFailed(ctx context.Context, d pipeline.WebhookDelivery, lastError string, next time.Time) error {
 	lastError = clipWebhookText(lastError, maxWebhookError)
 	return s.inTx(ctx, func(tx *wtx) error {
-		status, nextAt := webhook.StatusPending, ms(next)
+		status, nextAt := pipeline.WebhookPending, ms(next)
 		if next.IsZero() {
-			status, nextAt = webhook.StatusFailed, s.now()
+			status, nextAt = pipeline.WebhookFailed, s.now()
 		}
 		res, err := tx.ExecContext(ctx, `UPDATE webhook_outbox SET status = ?, next_attempt_at = ?, last_error = ?
 			WHERE id = ? AND status = 'pending' AND next_attempt_at = ?`, status, nextAt, lastError, d.ID, ms(d.LeaseUntil))
@@ -114,7 +113,7 @@ func (s *Store) MarkWebhookFailed(ctx context.Context, d webhook.Delivery, lastE
 	})
 }
 
-func claimHeld(res sql.Result, d webhook.Delivery) error {
+func claimHeld(res sql.Result, d pipeline.WebhookDelivery) error {
 	n, err := res.RowsAffected()
 	if err != nil {
 		return err
@@ -127,13 +126,13 @@ func claimHeld(res sql.Result, d webhook.Delivery) error {
 
 // WebhookDeliveries returns a job's deliveries, oldest first (operators and
 // tests).
-func (s *Store) WebhookDeliveries(ctx context.Context, jobID string) ([]webhook.Delivery, error) {
+func (s *Store) WebhookDeliveries(ctx context.Context, jobID string) ([]pipeline.WebhookDelivery, error) {
 	rows, err := s.read.QueryContext(ctx, `SELECT `+webhookColumns+` FROM webhook_outbox WHERE job_id = ? ORDER BY id`, jobID)
 	if err != nil {
 		return nil, translate(err)
 	}
 	defer rows.Close()
-	var out []webhook.Delivery
+	var out []pipeline.WebhookDelivery
 	for rows.Next() {
 		d, err := scanWebhook(rows)
 		if err != nil {
@@ -147,7 +146,7 @@ func (s *Store) WebhookDeliveries(ctx context.Context, jobID string) ([]webhook.
 // CountWebhooks counts deliveries by status (for /metrics).
 func (s *Store) CountWebhooks(ctx context.Context) (map[string]int, error) {
 	out := map[string]int{}
-	for _, st := range []string{webhook.StatusPending, webhook.StatusDelivered, webhook.StatusFailed} {
+	for _, st := range []string{pipeline.WebhookPending, pipeline.WebhookDelivered, pipeline.WebhookFailed} {
 		var n int
 		// One indexed count per status instead of a GROUP BY over the table.
 		if err := s.read.QueryRowContext(ctx, `SELECT count(*) FROM webhook_outbox WHERE status = ?`, st).Scan(&n); err != nil {

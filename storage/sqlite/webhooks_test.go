@@ -19,6 +19,10 @@ import (
 	"edgepipe/webhook"
 )
 
+// The dispatcher's store (it lives in webhook, which this driver must not
+// import outside tests).
+var _ webhook.Store = (*Store)(nil)
+
 var webhookT0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 func openWebhookStore(t *testing.T) (*Store, *pipeline.ManualClock) {
