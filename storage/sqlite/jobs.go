@@ -253,9 +253,12 @@ func (s *Store) ListJobs(ctx context.Context, f pipeline.ListFilter) ([]pipeline
 	return jobs, next, nil
 }
 
+// qCountByStatus reads only the jobs_status index (migration 0002).
+const qCountByStatus = `SELECT status, count(*) FROM jobs GROUP BY status`
+
 // CountByStatus returns how many jobs are in each status (for /metrics).
 func (s *Store) CountByStatus(ctx context.Context) (map[pipeline.Status]int, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT status, count(*) FROM jobs GROUP BY status`)
+	rows, err := s.read.QueryContext(ctx, qCountByStatus)
 	if err != nil {
 		return nil, translate(err)
 	}

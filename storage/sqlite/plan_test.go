@@ -161,3 +161,30 @@ func exerciseEveryWritePath(t *testing.T, s *Store, clock *pipeline.ManualClock)
 		}
 	}
 }
+
+// The counts /metrics runs on every scrape read a covering index, never the
+// tables themselves.
+func TestMetricsCountsReadCoveringIndexes(t *testing.T) {
+	t.Parallel()
+	s := openTest(t, "", nil)
+	for _, q := range []string{qCountByStatus, qCountBilledCalls} {
+		rows, err := s.read.Query("EXPLAIN QUERY PLAN " + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		joined := strings.Join(plan, " | ")
+		if !strings.Contains(joined, "COVERING INDEX") {
+			t.Errorf("%s\nplan: %s", strings.Join(strings.Fields(q), " "), joined)
+		}
+	}
+}

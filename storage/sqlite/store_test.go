@@ -81,12 +81,16 @@ func TestMigrationsRecordedAndIdempotent(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "m.db")
 	s := openTest(t, path, nil)
+	ms, err := loadMigrations()
+	if err != nil || len(ms) < 2 {
+		t.Fatalf("migrations %d, %v", len(ms), err)
+	}
 	v, err := s.SchemaVersion(context.Background())
-	if err != nil || v != 1 {
-		t.Fatalf("schema version %d, %v", v, err)
+	if err != nil || v != len(ms) {
+		t.Fatalf("schema version %d, %v; want %d", v, err, len(ms))
 	}
 	s2 := openTest(t, path, nil) // reopening applies nothing twice
-	if n := countRows(t, s2, `SELECT count(*) FROM schema_migrations`); n != 1 {
+	if n := countRows(t, s2, `SELECT count(*) FROM schema_migrations`); n != len(ms) {
 		t.Fatalf("schema_migrations has %d rows", n)
 	}
 	var mode string
@@ -626,7 +630,8 @@ func TestMigrationsLoggedToInjectedLogger(t *testing.T) {
 		s.Close()
 	}
 	open()
-	if n := strings.Count(buf.String(), "applied migration"); n != 1 || !strings.Contains(buf.String(), "0001_init.sql") {
+	if n := strings.Count(buf.String(), "applied migration"); n != 2 || !strings.Contains(buf.String(), "0001_init.sql") ||
+		!strings.Contains(buf.String(), "0002_metrics_indexes.sql") {
 		t.Fatalf("first open logged %q", buf.String())
 	}
 	buf.Reset()

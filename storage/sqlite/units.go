@@ -188,11 +188,15 @@ func (s *Store) ProviderCalls(ctx context.Context, jobID string, scene int, op s
 	return out, translate(rows.Err())
 }
 
+// qCountBilledCalls reads only the provider_calls_status_op index
+// (migration 0002).
+const qCountBilledCalls = `SELECT operation, count(*) FROM provider_calls
+	WHERE status IN ('intent','succeeded','ambiguous') GROUP BY operation`
+
 // CountBilledCalls counts provider calls that may have been billed, by
 // operation (for /metrics and the consistency checker).
 func (s *Store) CountBilledCalls(ctx context.Context) (map[string]int, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT operation, count(*) FROM provider_calls
-		WHERE status IN ('intent','succeeded','ambiguous') GROUP BY operation`)
+	rows, err := s.read.QueryContext(ctx, qCountBilledCalls)
 	if err != nil {
 		return nil, translate(err)
 	}
