@@ -646,3 +646,22 @@ func TestEngineStageStartedNamesWorkflow(t *testing.T) {
 		}
 	}
 }
+
+// brokenRenderer fails like a full disk would: a plain error, no class.
+type brokenRenderer struct{ stubRenderer }
+
+func (brokenRenderer) SceneFromImage(context.Context, string, string, int, string, string) error {
+	return errors.New("write clip: no space left on device")
+}
+
+// A render that fails without a class (a full disk) is retried: apply
+// cannot reach a provider, so nothing can be paid twice by repeating it.
+func TestEngineRenderFailureIsRetried(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withRenderers(func(context.Context, int, int, int) (pipeline.Renderer, error) { return brokenRenderer{}, nil }))
+	h.submit("v1-fullrender", board(img("a dune", "", 600)))
+	_, o := runOnce(t, h)
+	if o.Status != pipeline.StatusRetryWait || o.ErrorCode != "render_failed" || o.RequiresAction {
+		t.Fatalf("outcome %+v, want retry_wait render_failed", o)
+	}
+}
