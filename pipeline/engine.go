@@ -97,6 +97,8 @@ type EngineConfig struct {
 	TempDir string
 	// SpoolDir keeps paid provider results until stored (see ExecuteDeps).
 	SpoolDir string
+	// SpoolPatience: see ExecuteDeps (default 30s).
+	SpoolPatience time.Duration
 	// VideoPollInterval and VideoTimeout drive async video jobs.
 	VideoPollInterval time.Duration
 	VideoTimeout      time.Duration
@@ -142,6 +144,9 @@ func (c *EngineConfig) setDefaults() {
 	}
 	if c.VideoTimeout == 0 {
 		c.VideoTimeout = 10 * time.Minute
+	}
+	if c.SpoolPatience == 0 {
+		c.SpoolPatience = 30 * time.Second
 	}
 	if c.Metrics == nil {
 		c.Metrics = nopMetrics{}
@@ -278,7 +283,7 @@ func (e *Engine) runStages(ctx context.Context, a *attempt) (string, error) {
 	if err := execute(ctx, ExecuteDeps{
 		Store: e.cfg.Store, Objects: e.cfg.Objects, Providers: e.cfg.Providers, Clock: e.cfg.Clock,
 		Concurrency: e.cfg.UnitConcurrency, PollInterval: e.cfg.VideoPollInterval, VideoTimeout: e.cfg.VideoTimeout,
-		Failpoint: e.cfg.Failpoint, Metrics: e.cfg.Metrics, SpoolDir: e.cfg.SpoolDir,
+		Failpoint: e.cfg.Failpoint, Metrics: e.cfg.Metrics, SpoolDir: e.cfg.SpoolDir, SpoolPatience: e.cfg.SpoolPatience,
 	}, a); err != nil {
 		return "", err
 	}

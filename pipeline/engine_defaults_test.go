@@ -27,6 +27,7 @@ func TestEngineConfigDefaults(t *testing.T) {
 		{"temp dir", c.TempDir, os.TempDir()},
 		{"video poll interval", c.VideoPollInterval, 100 * time.Millisecond},
 		{"video timeout", c.VideoTimeout, 10 * time.Minute},
+		{"spool patience", c.SpoolPatience, 30 * time.Second},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("default %s = %v, want %v", tc.name, tc.got, tc.want)
@@ -39,12 +40,12 @@ func TestEngineConfigDefaults(t *testing.T) {
 		Clock:           NewManualClock(time.Unix(0, 0)),
 		Logger:          log,
 		Metrics:         nopMetrics{},
-		UnitConcurrency: 9, TempDir: "/x", VideoPollInterval: 7 * time.Millisecond, VideoTimeout: 3 * time.Second,
+		UnitConcurrency: 9, TempDir: "/x", VideoPollInterval: 7 * time.Millisecond, VideoTimeout: 3 * time.Second, SpoolPatience: time.Second,
 	}
 	c = set
 	c.setDefaults()
 	if c.Retry.MaxAttempts != 2 || c.Retry.Base != time.Second || c.Clock != set.Clock || c.Logger != log || c.UnitConcurrency != 9 || c.TempDir != "/x" ||
-		c.VideoPollInterval != 7*time.Millisecond || c.VideoTimeout != 3*time.Second {
+		c.VideoPollInterval != 7*time.Millisecond || c.VideoTimeout != 3*time.Second || c.SpoolPatience != time.Second {
 		t.Fatalf("explicit settings changed by defaults: %+v", c)
 	}
 }

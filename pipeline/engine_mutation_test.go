@@ -665,3 +665,69 @@ func TestEngineRenderFailureIsRetried(t *testing.T) {
 		t.Fatalf("outcome %+v, want retry_wait render_failed", o)
 	}
 }
+
+// blockSpool makes the job's spool directory unwritable (a file where the
+// directory should be), the way a full disk refuses writes.
+func blockSpool(t *testing.T, h *harness, id string) string {
+	t.Helper()
+	dir := filepath.Join(h.cfg.SpoolDir, id)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Error(err)
+	}
+	if err := os.MkdirAll(h.cfg.SpoolDir, 0o700); err != nil {
+		t.Error(err)
+	}
+	if err := os.WriteFile(dir, []byte("in the way"), 0o600); err != nil {
+		t.Error(err)
+	}
+	return dir
+}
+
+// A paid answer that cannot be written to the worker's disk for a while is
+// held in memory and written once the disk takes it: the job succeeds and
+// the speech is bought once. If the disk never takes it, the call is
+// recorded as paid-but-lost (local_disk_error) and the job waits for a
+// human; it is not bought again either way.
+func TestEnginePaidAnswerSurvivesFullDisk(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		freeing bool
+	}{{"disk frees up", true}, {"disk stays full", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var h *harness
+			id := "v1-fulldisk"
+			h = newHarness(t,
+				withConfig(func(ec *pipeline.EngineConfig) {
+					ec.UnitConcurrency = 1
+					if !tc.freeing {
+						ec.SpoolPatience = 300 * time.Millisecond
+					}
+				}),
+				withProviders(func(pipeline.Providers) pipeline.Providers {
+					return &hookProviders{before: func(ctx context.Context, op, unit string) error {
+						if op == pipeline.OpSpeech {
+							dir := blockSpool(t, h, id)
+							if tc.freeing {
+								time.AfterFunc(400*time.Millisecond, func() { os.Remove(dir) })
+							}
+						}
+						return nil
+					}}
+				}))
+			h.submit(id, board(img("a quarry", "dust over the quarry", 700)))
+			_, o := runOnce(t, h)
+			if tc.freeing {
+				if o.Status != pipeline.StatusSucceeded {
+					t.Fatalf("outcome %+v, want succeeded once the disk took the answer", o)
+				}
+			} else if o.Status != pipeline.StatusNeedsReview || o.ErrorCode != "local_disk_error" || !strings.Contains(o.ErrorMessage, "could not keep it on disk") {
+				t.Fatalf("outcome %+v, want needs_review local_disk_error", o)
+			}
+			if n := h.fake.Ledger().Billed.Speech; n != 1 {
+				t.Fatalf("speech billed %d times, want 1", n)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -30,6 +31,10 @@ type ExecuteDeps struct {
 	// outlives attempts, so a worker that died between paying and storing
 	// recovers the result on its next attempt instead of paying again.
 	SpoolDir string
+	// SpoolPatience is how long a received (paid) answer is held in memory
+	// while its spool file cannot be written (a full disk), before the
+	// call is given up as paid-but-lost.
+	SpoolPatience time.Duration
 }
 
 // Artifact names within a unit.
@@ -339,11 +344,20 @@ func (u *unitRun) syncCall(ctx context.Context, op, name string) (string, error)
 	if err != nil {
 		return "", u.callFailed(ctx, id, op, contract, err)
 	}
-	spool := u.spoolPath(id)
-	if err := spoolTo(spool, m.Body); err != nil {
+	// The answer is read whole before anything touches the disk, so that a
+	// local failure (a full disk) cannot be mistaken for a broken answer and
+	// does not lose what was paid for: the bytes wait in memory while the
+	// spool write is retried.
+	body, err := readAnswer(m.Body)
+	if err != nil {
 		// The provider answered and then the stream broke: it may well have
 		// billed us for a result we do not have.
 		return "", u.callFailed(ctx, id, op, contract, &CallError{Op: op, Outcome: OutcomeUnknown, Code: "provider_connection_lost", Cause: err})
+	}
+	spool := u.spoolPath(id)
+	if err := u.keepAnswer(ctx, spool, body); err != nil {
+		// Received and billed, but this worker could not keep it.
+		return "", u.callFailed(ctx, id, op, contract, &CallError{Op: op, Outcome: OutcomeUnknown, Code: "local_disk_error", Cause: err})
 	}
 	if err := callFP(ctx, u.d.Failpoint, "after_provider_response"); err != nil {
 		return "", err
@@ -404,6 +418,9 @@ func classifyCall(ctx context.Context, op string, contract Contract, err error) 
 	case OutcomeUnknown:
 		if contract == ContractIdempotentVerified {
 			return &ClassifiedError{Class: ClassTransient, Code: ce.Code, Message: "the " + op + " provider did not answer; it deduplicates, so the call is repeated with the same key", Cause: err}
+		}
+		if ce.Code == "local_disk_error" {
+			return &ClassifiedError{Class: ClassAmbiguous, Code: ce.Code, Message: "the " + op + " provider's answer arrived (and was billed) but this worker could not keep it on disk; an operator must decide whether to pay again", Cause: err}
 		}
 		return &ClassifiedError{Class: ClassAmbiguous, Code: ce.Code, Message: "the " + op + " provider may have processed the request but did not answer; retrying could pay twice, so an operator must decide", Cause: err}
 	default:
@@ -513,6 +530,41 @@ func (u *unitRun) video(ctx context.Context) (string, error) {
 		if err := sleepCtx(ctx, u.d.PollInterval); err != nil {
 			return "", err
 		}
+	}
+}
+
+// maxAnswer bounds a synchronous answer (an image, a narration) held in
+// memory; a provider sending more is treated like a broken answer.
+const maxAnswer = 256 << 20
+
+// readAnswer reads a synchronous answer whole.
+func readAnswer(body io.ReadCloser) ([]byte, error) {
+	defer body.Close()
+	b, err := io.ReadAll(io.LimitReader(body, maxAnswer+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxAnswer {
+		return nil, fmt.Errorf("answer larger than %d MiB", maxAnswer>>20)
+	}
+	return b, nil
+}
+
+// keepAnswer spools a paid answer, retrying a failing local write with
+// backoff for up to SpoolPatience: the answer cannot be had again without
+// paying again, so it is worth waiting for space.
+func (u *unitRun) keepAnswer(ctx context.Context, path string, body []byte) error {
+	deadline := time.Now().Add(u.d.SpoolPatience)
+	wait := 100 * time.Millisecond
+	for {
+		err := spoolTo(path, io.NopCloser(bytes.NewReader(body)))
+		if err == nil || !time.Now().Add(wait).Before(deadline) {
+			return err
+		}
+		if serr := sleepCtx(ctx, wait); serr != nil {
+			return errors.Join(err, serr)
+		}
+		wait = min(2*wait, 2*time.Second)
 	}
 }
 
