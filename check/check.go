@@ -233,7 +233,10 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			}
 			if err := json.Unmarshal(e.Detail, &d); err != nil {
 				add(Violation{Invariant: 5, Kind: "unreadable_stage_event", JobID: e.JobID, Detail: fmt.Sprintf("event %d: %v", e.ID, err)})
-			} else if want != "" && d.Workflow != want {
+			} else if want == "" {
+				add(Violation{Invariant: 5, Kind: "bad_instance_id_ran", JobID: e.JobID,
+					Detail: fmt.Sprintf("attempt %s ran stage %s on workflow %q for an id outside the routing grammar", e.AttemptID, d.Stage, d.Workflow)})
+			} else if d.Workflow != want {
 				add(Violation{Invariant: 5, Kind: "attempt_version_mismatch", JobID: e.JobID,
 					Detail: fmt.Sprintf("attempt %s ran stage %s on workflow %q; the id says %s", e.AttemptID, d.Stage, d.Workflow, want)})
 			}

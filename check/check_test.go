@@ -11,6 +11,7 @@ import (
 
 	"edgepipe/check"
 	"edgepipe/pipeline"
+	"edgepipe/routing"
 	"edgepipe/storage/fs"
 	"edgepipe/storage/sqlite"
 )
@@ -148,6 +149,14 @@ func TestEachInvariantIsDetected(t *testing.T) {
 		{"attempt ran another version", func(t *testing.T, e *env, _ pipeline.Lease, _ string) {
 			mustExec(t, e, `INSERT INTO job_events (job_id, at, kind, attempt_id, detail_json) VALUES ('v1-a', 1, 'stage_started', 'att_x', '{"stage":"execute","workflow":"v2"}')`)
 		}, check.Config{}, "attempt_version_mismatch"},
+		{"malformed id ran", func(t *testing.T, e *env, _ pipeline.Lease, _ string) {
+			// Accepted only to be dead-lettered (as the API does); it must never run.
+			if _, _, err := e.store.CreateJob(ctx, pipeline.NewJob{ID: "v01-bad", Tenant: "t", Operation: "o", IdempotencyKey: "m",
+				RequestFingerprint: "f", Version: "v1", DeadLetterReason: pipeline.ReasonUnboundVersion, DeadLetterQueue: "render-v1"}); err != nil {
+				t.Fatal(err)
+			}
+			mustExec(t, e, `INSERT INTO job_events (job_id, at, kind, attempt_id, detail_json) VALUES ('v01-bad', 1, 'stage_started', 'att_y', '{"stage":"prepare","workflow":"v1"}')`)
+		}, check.Config{}, "bad_instance_id_ran"},
 		{"terminal changed", func(t *testing.T, e *env, _ pipeline.Lease, _ string) {
 			mustExec(t, e, `INSERT INTO job_events (job_id, at, kind, from_status, to_status) VALUES ('v1-a', 1, 'status', 'succeeded', 'running')`)
 		}, check.Config{}, "terminal_changed"},
@@ -177,5 +186,30 @@ func mustExec(t *testing.T, e *env, q string) {
 	t.Helper()
 	if err := e.store.ExecForTest(context.Background(), q); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// An id without a version prefix routes to the default version, and an
+// attempt that ran that version's workflow is clean.
+func TestUnprefixedIDRunsDefaultVersion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	if _, _, err := e.store.CreateJob(ctx, pipeline.NewJob{ID: "plainjob", Tenant: "t", Operation: "render_video",
+		IdempotencyKey: "p", RequestFingerprint: "p", Version: routing.DefaultVersion, Queue: routing.QueueName(routing.DefaultVersion)}); err != nil {
+		t.Fatal(err)
+	}
+	cs, _, err := e.store.Fetch(ctx, routing.QueueName(routing.DefaultVersion), "w", 1, time.Minute)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("fetch: %v", err)
+	}
+	if err := e.store.AppendEvent(ctx, cs[0].Lease, pipeline.EventStageStarted, map[string]any{"stage": pipeline.StagePrepare, "workflow": routing.DefaultVersion}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.Finish(ctx, cs[0].Lease, pipeline.Outcome{Status: pipeline.StatusSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, e, check.Config{RequireSettled: true}); !r.Clean() {
+		t.Fatalf("violations %s", kinds(r))
 	}
 }

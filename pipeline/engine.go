@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -21,6 +22,7 @@ type Store interface {
 	Finish(ctx context.Context, lease Lease, o Outcome) error
 	Release(ctx context.Context, lease Lease) error
 	CancelRequested(ctx context.Context, jobID string) (bool, error)
+	GetJob(ctx context.Context, id string) (Job, error)
 
 	FreezeInput(ctx context.Context, lease Lease, frozen json.RawMessage, unitsTotal int) (json.RawMessage, error)
 	StageFinished(ctx context.Context, lease Lease, stage string, unitsDone int, detail map[string]any) error
@@ -237,6 +239,47 @@ func (e *Engine) Run(ctx context.Context, c Claimed) (Outcome, error) {
 	}
 	a.log.Warn("attempt failed", "err", err)
 	return e.outcome(c, err), nil
+}
+
+// PruneSpool removes the spool directories of jobs that reached a terminal
+// status by a path that did not pass through this worker's Forget: an
+// operator failing a job under review, a cancellation of a waiting job,
+// another worker finishing it. needs_review and every live status keep
+// their spool (a retry uses it); a directory whose job is not found is
+// kept too, since nothing proves it unneeded. It returns how many
+// directories it removed.
+func (e *Engine) PruneSpool(ctx context.Context) (int, error) {
+	if e.cfg.SpoolDir == "" {
+		return 0, nil
+	}
+	entries, err := os.ReadDir(e.cfg.SpoolDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("prune spool: %w", err)
+	}
+	n := 0
+	for _, ent := range entries {
+		if !ent.IsDir() {
+			continue
+		}
+		j, err := e.cfg.Store.GetJob(ctx, ent.Name())
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return n, fmt.Errorf("prune spool: %w", err)
+		}
+		if !j.Status.Terminal() || safeName(j.ID) != ent.Name() {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(e.cfg.SpoolDir, ent.Name())); err != nil {
+			return n, fmt.Errorf("prune spool: %w", err)
+		}
+		n++
+	}
+	return n, nil
 }
 
 // Forget drops what the engine kept on local disk for a settled job (its

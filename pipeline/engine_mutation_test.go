@@ -731,3 +731,26 @@ func TestEnginePaidAnswerSurvivesFullDisk(t *testing.T) {
 		})
 	}
 }
+
+// A job of a version this build has no workflow for is never run as
+// another version: the attempt parks it as a permanent, operator-facing
+// dead letter before touching anything.
+func TestEngineUnboundVersionIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	if _, _, err := h.store.CreateJob(context.Background(), pipeline.NewJob{ID: "v9-nowhere", Tenant: "acme", Operation: pipeline.OperationRenderVideo,
+		IdempotencyKey: "k-v9", RequestFingerprint: "f", Input: []byte(`{}`), Version: "v9", Queue: "render-v9"}); err != nil {
+		t.Fatal(err)
+	}
+	_, o, err := h.attempt("render-v9", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Status != pipeline.StatusDeadLettered || o.Reason != pipeline.ReasonUnboundVersion || o.ErrorClass != pipeline.ClassPermanent ||
+		o.ErrorCode != pipeline.ReasonUnboundVersion || !o.RequiresAction {
+		t.Fatalf("outcome %+v", o)
+	}
+	if ev := unitEvents(t, h, "v9-nowhere", pipeline.EventStageStarted); len(ev) != 0 {
+		t.Fatalf("an unbound job started stages: %v", ev)
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -397,6 +399,67 @@ func reaches(t, target reflect.Type, seen map[reflect.Type]bool) string {
 var _ = fmt.Sprint
 var _ = io.EOF
 
+// siblingFailsDuringPaidCall runs one attempt of a two-scene job in which
+// scene 1's image is rate limited while scene 0's paid call (op) is in
+// flight, and checks that the paid call was not torn down.
+func siblingFailsDuringPaidCall(t *testing.T, id, op string, scene0 pipeline.Scene) *harness {
+	t.Helper()
+	return siblingFailsDuringPaidCallAnswering(t, id, op, scene0, nil, pipeline.CallSucceeded)
+}
+
+// siblingFailsDuringPaidCallAnswering is siblingFailsDuringPaidCall with the
+// paid call ending in answer (nil: the provider's own answer) and its audit
+// row expected to end as wantCall.
+func siblingFailsDuringPaidCallAnswering(t *testing.T, id, op string, scene0 pipeline.Scene, answer error, wantCall string) *harness {
+	t.Helper()
+	inCall := make(chan struct{})
+	failed := make(chan struct{})
+	var sawCancel, rateLimited atomic.Bool
+	h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers {
+		return &hookProviders{before: func(ctx context.Context, callOp, unit string) error {
+			switch {
+			case callOp == op && strings.HasSuffix(unit, "/0"):
+				if rateLimited.Load() {
+					return nil // a later attempt; callers check the ledger
+				}
+				close(inCall)
+				<-failed
+				// The sibling's error cancels the stage within a few
+				// milliseconds; a call still bound to it would see that.
+				select {
+				case <-ctx.Done():
+					sawCancel.Store(true)
+					return ctx.Err()
+				case <-time.After(500 * time.Millisecond):
+					return answer
+				}
+			case callOp == pipeline.OpImage && strings.HasSuffix(unit, "/1") && !rateLimited.Load():
+				select {
+				case <-inCall:
+				case <-time.After(10 * time.Second):
+					return errors.New("the paid call never started")
+				}
+				rateLimited.Store(true)
+				close(failed)
+				return &pipeline.CallError{Op: callOp, Outcome: pipeline.OutcomeRateLimited, HTTPStatus: 429, Code: "provider_rate_limited", RetryAfter: time.Second}
+			}
+			return nil
+		}}
+	}))
+	h.submit(id, board(scene0, img("b", "", 600)))
+	if _, o, err := h.attempt("render-v1", true); err != nil || o.Status != pipeline.StatusRetryWait {
+		t.Fatalf("attempt 1: %+v %v (want retry_wait)", o, err)
+	}
+	if sawCancel.Load() {
+		t.Fatal("the sibling's failure canceled a paid call in flight")
+	}
+	calls, err := h.store.ProviderCalls(context.Background(), id, 0, op)
+	if err != nil || len(calls) != 1 || calls[0].Status != wantCall {
+		t.Fatalf("%s calls after attempt 1: %+v %v; want one %s", op, calls, err, wantCall)
+	}
+	return h
+}
+
 // A sibling's failure does not tear down a paid call that cannot be repeated
 // safely (a sync speech call, a video submission): the request in flight
 // completes and is recorded, the job waits to retry (not needs_review), and
@@ -414,51 +477,7 @@ func TestSiblingFailureLetsPaidCallFinish(t *testing.T) {
 	} {
 		t.Run(tc.op, func(t *testing.T) {
 			t.Parallel()
-			inCall := make(chan struct{})
-			failed := make(chan struct{})
-			var sawCancel, rateLimited atomic.Bool
-			h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers {
-				return &hookProviders{before: func(ctx context.Context, op, unit string) error {
-					switch {
-					case op == tc.op && strings.HasSuffix(unit, "/0"):
-						if rateLimited.Load() {
-							return nil // a later attempt; the ledger check below catches a second payment
-						}
-						close(inCall)
-						<-failed
-						// The sibling's error cancels the stage within a few
-						// milliseconds; a call still bound to it would see that.
-						select {
-						case <-ctx.Done():
-							sawCancel.Store(true)
-							return ctx.Err()
-						case <-time.After(500 * time.Millisecond):
-							return nil
-						}
-					case op == pipeline.OpImage && strings.HasSuffix(unit, "/1") && !rateLimited.Load():
-						select {
-						case <-inCall:
-						case <-time.After(10 * time.Second):
-							return errors.New("the paid call never started")
-						}
-						rateLimited.Store(true)
-						close(failed)
-						return &pipeline.CallError{Op: op, Outcome: pipeline.OutcomeRateLimited, HTTPStatus: 429, Code: "provider_rate_limited", RetryAfter: time.Second}
-					}
-					return nil
-				}}
-			}))
-			h.submit("v1-inflight", board(tc.scene0, img("b", "", 600)))
-			if _, o, err := h.attempt("render-v1", true); err != nil || o.Status != pipeline.StatusRetryWait {
-				t.Fatalf("attempt 1: %+v %v (want retry_wait)", o, err)
-			}
-			if sawCancel.Load() {
-				t.Fatal("the sibling's failure canceled a paid call in flight")
-			}
-			calls, err := h.store.ProviderCalls(context.Background(), "v1-inflight", 0, tc.op)
-			if err != nil || len(calls) != 1 || calls[0].Status != pipeline.CallSucceeded {
-				t.Fatalf("%s calls after attempt 1: %+v %v", tc.op, calls, err)
-			}
+			h := siblingFailsDuringPaidCall(t, "v1-inflight", tc.op, tc.scene0)
 			h.drain(5)
 			if j := h.job("v1-inflight"); j.Status != pipeline.StatusSucceeded {
 				t.Fatalf("job ended %s (%s)", j.Status, j.LastErrorCode)
@@ -466,6 +485,124 @@ func TestSiblingFailureLetsPaidCallFinish(t *testing.T) {
 			if n := tc.billed(h.fake.Ledger()); n != 1 {
 				t.Fatalf("%s billed %d times, want 1", tc.op, n)
 			}
+		})
+	}
+}
+
+// If the answer of such a call is lost before the next attempt (the spool
+// directory is gone), that attempt stops for review — it cannot know the
+// answer is not somewhere — and an operator's retry then moves the job on:
+// the answered-but-never-stored call is waived and bought once more.
+func TestOperatorRetryWaivesAnsweredButLostCall(t *testing.T) {
+	t.Parallel()
+	h := siblingFailsDuringPaidCall(t, "v1-lost", pipeline.OpSpeech, img("a", "narration for a", 600))
+	if err := os.RemoveAll(filepath.Join(h.cfg.SpoolDir, "v1-lost")); err != nil {
+		t.Fatal(err)
+	}
+	h.drain(5)
+	j := h.job("v1-lost")
+	if j.Status != pipeline.StatusNeedsReview || j.LastErrorCode != "provider_outcome_unknown" {
+		t.Fatalf("job %s (%s), want needs_review provider_outcome_unknown", j.Status, j.LastErrorCode)
+	}
+	if _, err := h.store.Decide(context.Background(), "v1-lost", pipeline.DecisionRetry, "op"); err != nil {
+		t.Fatal(err)
+	}
+	h.drain(5)
+	if j := h.job("v1-lost"); j.Status != pipeline.StatusSucceeded {
+		t.Fatalf("after the operator's retry the job ended %s (%s)", j.Status, j.LastErrorCode)
+	}
+	if n := h.fake.Ledger().Billed.Speech; n != 2 {
+		t.Fatalf("speech billed %d times, want 2 (the lost answer, then the waived repeat)", n)
+	}
+}
+
+// A stage that fails while a paid call's intent is being written stops that
+// call before it is sent: the intent is closed as not_sent, nothing is
+// billed, and the next attempt makes the call without asking a human.
+func TestStageFailureStopsCallBeforeSend(t *testing.T) {
+	t.Parallel()
+	const id = "v1-beforesend"
+	s1Entered := make(chan struct{})
+	blocked := make(chan struct{})
+	var once sync.Once
+	var failedOnce atomic.Bool
+	var h *harness
+	h = newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers {
+		return &hookProviders{before: func(ctx context.Context, op, unit string) error {
+			if op != pipeline.OpImage || failedOnce.Load() {
+				return nil
+			}
+			switch {
+			case strings.HasSuffix(unit, "/0"): // scene 0's image waits for scene 1 to be inside its call
+				select {
+				case <-s1Entered:
+				case <-time.After(10 * time.Second):
+				}
+			case strings.HasSuffix(unit, "/1"): // then fails once scene 0 sits between intent and send
+				close(s1Entered)
+				select {
+				case <-blocked:
+				case <-time.After(10 * time.Second):
+					return errors.New("scene 0 never reached its speech intent")
+				}
+				failedOnce.Store(true)
+				return &pipeline.CallError{Op: op, Outcome: pipeline.OutcomeRateLimited, HTTPStatus: 429, Code: "provider_rate_limited"}
+			}
+			return nil
+		}}
+	}))
+	h.fp.set("after_provider_intent", func(ctx context.Context) error {
+		calls, err := h.store.ProviderCalls(context.Background(), id, 0, pipeline.OpSpeech)
+		if err != nil || len(calls) == 0 || failedOnce.Load() {
+			return err
+		}
+		first := false
+		once.Do(func() { first = true })
+		if first { // scene 0's speech intent is written: hold it until the stage fails
+			close(blocked)
+			select {
+			case <-ctx.Done():
+			case <-time.After(10 * time.Second):
+			}
+		}
+		return nil
+	})
+	h.submit(id, board(img("a", "narration for a", 600), img("b", "", 600)))
+	if _, o, err := h.attempt("render-v1", true); err != nil || o.Status != pipeline.StatusRetryWait {
+		t.Fatalf("attempt 1: %+v %v (want retry_wait)", o, err)
+	}
+	calls, err := h.store.ProviderCalls(context.Background(), id, 0, pipeline.OpSpeech)
+	if err != nil || len(calls) != 1 || calls[0].Status != pipeline.CallNotSent {
+		t.Fatalf("speech calls after attempt 1: %+v %v, want one not_sent", calls, err)
+	}
+	if n := h.fake.Ledger().Billed.Speech; n != 0 {
+		t.Fatalf("speech billed %d times after the stage failed before sending", n)
+	}
+	h.drain(5)
+	if j := h.job(id); j.Status != pipeline.StatusSucceeded {
+		t.Fatalf("job ended %s (%s)", j.Status, j.LastErrorCode)
+	}
+	if n := h.fake.Ledger().Billed.Speech; n != 1 {
+		t.Fatalf("speech billed %d times, want 1", n)
+	}
+}
+
+// A paid call that outlives its failed stage and is then refused by the
+// provider on its own is recorded as that refusal (not billed), not as an
+// interrupted call of unknown outcome.
+func TestPaidCallOutlivingItsStageRecordsItsOwnOutcome(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		op     string
+		scene0 pipeline.Scene
+	}{
+		{pipeline.OpSpeech, img("a", "narration for a", 600)},
+		{pipeline.OpVideoSubmit, vid("a", "", 600)},
+	} {
+		t.Run(tc.op, func(t *testing.T) {
+			t.Parallel()
+			refused := &pipeline.CallError{Op: tc.op, Outcome: pipeline.OutcomeRejected, HTTPStatus: 400, Code: "provider_rejected_input"}
+			siblingFailsDuringPaidCallAnswering(t, "v1-refused", tc.op, tc.scene0, refused, pipeline.CallFailed)
 		})
 	}
 }

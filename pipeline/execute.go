@@ -92,9 +92,6 @@ type unitRun struct {
 
 func runUnit(ctx, attemptCtx context.Context, d ExecuteDeps, a *attempt, i int) error {
 	u := &unitRun{d: d, a: a, scene: a.board.Scenes[i], unit: a.units[i], attemptCtx: attemptCtx}
-	if u.unit.Artifacts == nil {
-		u.unit.Artifacts = map[string]string{}
-	}
 	visual := ArtifactImage
 	if u.scene.Kind() == "video" {
 		visual = ArtifactVideo
@@ -212,7 +209,9 @@ func (u *unitRun) paidSpool(ctx context.Context, op string) (string, error) {
 		// An intent row whose spool file exists was answered too: the
 		// worker died between publishing the spool (a rename, so the file
 		// is whole) and recording the answer.
-		if st := prior[i].Status; st != CallSucceeded && st != CallIntent {
+		// A waived row's spool is just as whole: the operator agreed to pay
+		// again if need be, not to throw away an answer already here.
+		if st := prior[i].Status; st != CallSucceeded && st != CallIntent && st != CallWaived {
 			continue
 		}
 		p := u.spoolPath(prior[i].ID)
@@ -299,10 +298,28 @@ func (u *unitRun) mayCall(ctx context.Context, op string, contract Contract) err
 // its result is spooled and recorded, and the next attempt stores it instead
 // of paying again. A request the provider deduplicates is simply abandoned.
 func (u *unitRun) callContext(ctx context.Context, contract Contract) context.Context {
-	if contract == ContractIdempotentVerified || u.attemptCtx == nil {
+	// Without a SpoolDir the answer would live in the attempt's scratch
+	// directory, which is gone before a next attempt could use it.
+	if contract == ContractIdempotentVerified || u.attemptCtx == nil || u.d.SpoolDir == "" {
 		return ctx
 	}
 	return u.attemptCtx
+}
+
+// stopBeforeSend is the last look before a request leaves: if the stage
+// failed (or the job was stopped) while the intent was being written, the
+// request is not sent and the intent is closed as not_sent, so no later
+// attempt mistakes it for a call that may have been billed.
+func (u *unitRun) stopBeforeSend(ctx context.Context, id int64, op string) error {
+	err := ctx.Err()
+	if err == nil {
+		return nil
+	}
+	u.d.Metrics.ProviderCall(op, CallNotSent)
+	if ferr := u.d.Store.FinishCall(context.WithoutCancel(ctx), id, CallNotSent, 0, "interrupted_before_send", ""); ferr != nil {
+		return errors.Join(err, storeErr(ferr))
+	}
+	return err
 }
 
 // syncCall makes one synchronous provider call and spools its media.
@@ -328,6 +345,9 @@ func (u *unitRun) syncCall(ctx context.Context, op, name string) (string, error)
 		return "", storeErr(err)
 	}
 	if err := callFP(ctx, u.d.Failpoint, "after_provider_intent"); err != nil {
+		return "", err
+	}
+	if err := u.stopBeforeSend(ctx, id, op); err != nil {
 		return "", err
 	}
 	ctx = u.callContext(ctx, contract)
@@ -464,6 +484,9 @@ func (u *unitRun) video(ctx context.Context) (string, error) {
 			return "", storeErr(err)
 		}
 		if err := callFP(ctx, u.d.Failpoint, "after_provider_intent"); err != nil {
+			return "", err
+		}
+		if err := u.stopBeforeSend(ctx, id, OpVideoSubmit); err != nil {
 			return "", err
 		}
 		// Submitted, the id is what a later attempt recovers by; see

@@ -23,10 +23,14 @@ type WorkerConfig struct {
 	// LeaseFor is the lease length; heartbeats renew it every LeaseFor/3.
 	LeaseFor time.Duration
 	// Poll is how long an idle worker waits before fetching again.
-	Poll      time.Duration
-	Clock     Clock
-	Logger    *slog.Logger
-	Failpoint Failpoint
+	Poll time.Duration
+	// PruneEvery is how often the worker removes spooled results of jobs
+	// that ended elsewhere (Engine.PruneSpool); the first prune runs at
+	// Start. Default 10 minutes.
+	PruneEvery time.Duration
+	Clock      Clock
+	Logger     *slog.Logger
+	Failpoint  Failpoint
 }
 
 func (c *WorkerConfig) setDefaults() {
@@ -38,6 +42,9 @@ func (c *WorkerConfig) setDefaults() {
 	}
 	if c.Poll == 0 {
 		c.Poll = 200 * time.Millisecond
+	}
+	if c.PruneEvery == 0 {
+		c.PruneEvery = 10 * time.Minute
 	}
 	if c.Clock == nil {
 		c.Clock = SystemClock{}
@@ -105,7 +112,28 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.abort()
 	}()
 	go w.loop()
+	go w.pruneLoop()
 	return nil
+}
+
+// pruneLoop keeps the spool from collecting results of jobs that ended
+// without this worker (see Engine.PruneSpool). A failed prune keeps the
+// files, which is safe, so it is only logged.
+func (w *Worker) pruneLoop() {
+	for {
+		if n, err := w.cfg.Engine.PruneSpool(w.runCtx); err != nil {
+			w.log.Warn("pruning the spool failed; the files are kept", "err", err)
+		} else if n > 0 {
+			w.log.Info("pruned spooled results of ended jobs", "jobs", n)
+		}
+		select {
+		case <-w.stopping:
+			return
+		case <-w.runCtx.Done():
+			return
+		case <-time.After(w.cfg.PruneEvery):
+		}
+	}
 }
 
 // Stop stops claiming, lets in-flight attempts finish until ctx ends, then

@@ -2,6 +2,8 @@ package pipeline_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -91,5 +93,50 @@ func TestWorkerStopReleasesInFlightJobs(t *testing.T) {
 	// and another worker picks it up at once
 	if total, visible, _ := h.store.QueueDepth(context.Background(), "render-v1"); total != 1 || visible != 1 {
 		t.Fatalf("released job's message: total %d visible %d", total, visible)
+	}
+}
+
+// Spooled results of a job that ended without this worker (canceled while
+// waiting, failed by an operator) are pruned — at worker start and then
+// periodically; a job that may still need its spool (pending, under review)
+// keeps it, and so does a directory whose job is unknown.
+func TestPruneSpool(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHarness(t)
+	h.submit("v1-ended", board(img("a", "", 600)))
+	h.submit("v1-waiting", board(img("b", "", 600)))
+	if j, err := h.store.RequestCancel(ctx, "acme", "v1-ended"); err != nil || j.Status != pipeline.StatusCanceled {
+		t.Fatalf("cancel: %+v %v", j, err)
+	}
+	spool := func(id string) string {
+		dir := filepath.Join(h.cfg.SpoolDir, id)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "call-1"), []byte("paid"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	ended, waiting, unknown := spool("v1-ended"), spool("v1-waiting"), spool("v1-nosuchjob")
+	n, err := h.engine.PruneSpool(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("PruneSpool = %d, %v; want 1", n, err)
+	}
+	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
+	if exists(ended) || !exists(waiting) || !exists(unknown) {
+		t.Fatalf("after pruning: ended %v (want gone), waiting %v, unknown %v (want kept)", exists(ended), exists(waiting), exists(unknown))
+	}
+
+	// The worker prunes when it starts.
+	ended = spool("v1-ended")
+	w := newWorker(t, h, 1)
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the worker to prune the ended job's spool", func() bool { return !exists(ended) })
+	if err := w.Stop(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

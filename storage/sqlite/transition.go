@@ -348,10 +348,12 @@ func (s *Store) Decide(ctx context.Context, jobID string, d pipeline.ReviewDecis
 		}
 		if d == pipeline.DecisionRetry {
 			// The operator accepts paying again for calls whose outcome is
-			// unknown; without this, the next attempt would stop at the
-			// same unknown call forever. The rows stay, marked, as the
-			// audit of that decision.
-			if _, err := tx.ExecContext(ctx, `UPDATE provider_calls SET status = 'waived' WHERE job_id = ? AND status IN ('intent','ambiguous')`, jobID); err != nil {
+			// unknown, and for answered sync calls whose result was never
+			// stored (its spool is gone); without this, the next attempt
+			// would stop at the same call forever. The rows stay, marked,
+			// as the audit of that decision; a spool still on disk is used
+			// all the same.
+			if _, err := tx.ExecContext(ctx, qWaiveForRetry, jobID); err != nil {
 				return err
 			}
 		}
@@ -363,3 +365,15 @@ func (s *Store) Decide(ctx context.Context, jobID string, d pipeline.ReviewDecis
 	})
 	return job, err
 }
+
+// qWaiveForRetry marks the calls an operator's retry waives: every call of
+// the job whose outcome is unknown, and every answered image or speech call
+// whose artifact the scene's unit does not hold (a unit's result_json maps
+// artifact name to key, and those artifacts are named like their
+// operations). An answered video submission is never waived: its external
+// id is polled, not paid for again.
+const qWaiveForRetry = `UPDATE provider_calls SET status = 'waived'
+	WHERE job_id = ?1 AND (status IN ('intent','ambiguous')
+		OR (status = 'succeeded' AND operation IN ('image','speech') AND NOT EXISTS (
+			SELECT 1 FROM units u WHERE u.job_id = provider_calls.job_id AND u.scene_index = provider_calls.scene_index
+				AND json_extract(u.result_json, '$.' || provider_calls.operation) IS NOT NULL)))`
