@@ -35,7 +35,9 @@ func runOnce(t *testing.T, h *harness) (pipeline.Claimed, pipeline.Outcome) {
 	if err != nil || len(cs) != 1 {
 		t.Fatalf("fetch: %d claimed, %v", len(cs), err)
 	}
-	o, err := h.engine.Run(ctx, cs[0])
+	rctx, cancel := context.WithTimeout(ctx, attemptDeadline)
+	defer cancel()
+	o, err := h.engine.Run(rctx, cs[0])
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}

@@ -236,17 +236,19 @@ func TestZombieAttemptCannotStore(t *testing.T) {
 	cs, _, _ := h.store.Fetch(ctx, "render-v1", "a", 1, time.Minute)
 	zombie := make(chan error, 1)
 	go func() {
-		_, err := h.engine.Run(ctx, cs[0])
+		rctx, cancel := context.WithTimeout(ctx, attemptDeadline)
+		defer cancel()
+		_, err := h.engine.Run(rctx, cs[0])
 		zombie <- err
 	}()
-	<-entered
+	within(t, entered, "the zombie's provider call")
 	h.clock.Advance(2 * time.Minute)
 	b, _, _ := h.store.Fetch(ctx, "render-v1", "b", 1, time.Minute)
 	if len(b) != 1 {
 		t.Fatal("lease not taken over")
 	}
 	close(proceed)
-	err := <-zombie
+	err := within(t, zombie, "the zombie attempt to end")
 	var fe *pipeline.FenceError
 	if !errors.As(err, &fe) {
 		t.Fatalf("zombie run returned %v, want a FenceError", err)
@@ -423,7 +425,11 @@ func siblingFailsDuringPaidCallAnswering(t *testing.T, id, op string, scene0 pip
 					return nil // a later attempt; callers check the ledger
 				}
 				close(inCall)
-				<-failed
+				select {
+				case <-failed:
+				case <-time.After(10 * time.Second):
+					return errors.New("the sibling never failed")
+				}
 				// The sibling's error cancels the stage within a few
 				// milliseconds; a call still bound to it would see that.
 				select {

@@ -143,7 +143,9 @@ func (h *harness) attempt(queue string, finish bool) (pipeline.Claimed, pipeline
 	if len(cs) == 0 {
 		return pipeline.Claimed{}, pipeline.Outcome{}, errNothing
 	}
-	o, err := h.engine.Run(ctx, cs[0])
+	rctx, cancel := context.WithTimeout(ctx, attemptDeadline)
+	defer cancel()
+	o, err := h.engine.Run(rctx, cs[0])
 	if err == nil && finish {
 		if ferr := h.store.Finish(ctx, cs[0].Lease, o); ferr != nil {
 			h.t.Fatalf("finish %s: %v", cs[0].Job.ID, ferr)
@@ -153,6 +155,25 @@ func (h *harness) attempt(queue string, finish bool) (pipeline.Claimed, pipeline
 }
 
 var errNothing = errors.New("nothing to fetch")
+
+// attemptDeadline bounds one harness attempt: a bug that makes the engine
+// loop or block fails its test quickly instead of hanging the package
+// (which mutation testing could only score as a timeout).
+const attemptDeadline = 30 * time.Second
+
+// within waits for ch like <-ch, but fails the test instead of hanging when
+// the code under test never gets there.
+func within[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(20 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+	var zero T
+	return zero
+}
 
 // drain runs attempts on every queue, moving the clock past backoffs and
 // dead leases, until no job is left to run.

@@ -80,7 +80,7 @@ func TestWorkerStopReleasesInFlightJobs(t *testing.T) {
 	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	<-entered
+	within(t, entered, "the worker's provider call")
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	if err := w.Stop(ctx); err == nil {
