@@ -612,3 +612,36 @@ func TestPaidCallOutlivingItsStageRecordsItsOwnOutcome(t *testing.T) {
 		})
 	}
 }
+
+// An operator's retry waives an answered call whose result the unit does
+// not hold yet; if the answer is still in the spool, the next attempt
+// stores it rather than paying again (waiving allows paying, it does not
+// require it).
+func TestWaivedCallWithSpoolIsNotBoughtAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := siblingFailsDuringPaidCall(t, "v1-waivedspool", pipeline.OpSpeech, img("a", "narration for a", 600))
+	// The job lands under review for some other reason before it runs again.
+	h.clock.Advance(time.Minute)
+	cs, _, err := h.store.Fetch(ctx, "render-v1", "w", 1, time.Minute)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("fetch: %v", err)
+	}
+	if err := h.store.Finish(ctx, cs[0].Lease, pipeline.Outcome{Status: pipeline.StatusNeedsReview, RequiresAction: true,
+		ErrorClass: pipeline.ClassAmbiguous, ErrorCode: "provider_outcome_unknown"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.store.Decide(ctx, "v1-waivedspool", pipeline.DecisionRetry, "op"); err != nil {
+		t.Fatal(err)
+	}
+	if calls, err := h.store.ProviderCalls(ctx, "v1-waivedspool", 0, pipeline.OpSpeech); err != nil || len(calls) != 1 || calls[0].Status != pipeline.CallWaived {
+		t.Fatalf("speech calls after the retry decision: %+v %v; want one waived", calls, err)
+	}
+	h.drain(5)
+	if j := h.job("v1-waivedspool"); j.Status != pipeline.StatusSucceeded {
+		t.Fatalf("job ended %s (%s)", j.Status, j.LastErrorCode)
+	}
+	if n := h.fake.Ledger().Billed.Speech; n != 1 {
+		t.Fatalf("speech billed %d times, want 1 (the spooled answer of the waived call)", n)
+	}
+}
