@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 )
 
@@ -69,5 +72,43 @@ func TestLocalErr(t *testing.T) {
 	var got *ClassifiedError
 	if !errors.As(localErr(plain), &got) || got.Class != ClassTransient || got.Code != "render_failed" || !errors.Is(got, plain) {
 		t.Fatalf("localErr(plain) = %#v, want transient render_failed wrapping it", localErr(plain))
+	}
+}
+
+// readAnswer takes an answer of exactly the limit whole and refuses one
+// byte more (a provider streaming without end must not exhaust memory).
+func TestReadAnswerLimit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		size, limit int
+		ok          bool
+	}{{0, 8, true}, {7, 8, true}, {8, 8, true}, {9, 8, false}, {100, 8, false}} {
+		in := strings.Repeat("x", tc.size)
+		b, err := readAnswer(io.NopCloser(strings.NewReader(in)), tc.limit)
+		if tc.ok && (err != nil || string(b) != in) {
+			t.Errorf("size %d limit %d: %d bytes, %v; want all of it", tc.size, tc.limit, len(b), err)
+		}
+		if !tc.ok && (err == nil || !strings.Contains(err.Error(), "larger than 8 bytes")) {
+			t.Errorf("size %d limit %d: %d bytes, %v; want refused", tc.size, tc.limit, len(b), err)
+		}
+	}
+	broken := io.NopCloser(io.MultiReader(strings.NewReader("par"), iotest.ErrReader(errors.New("connection reset"))))
+	if _, err := readAnswer(broken, 8); err == nil || !strings.Contains(err.Error(), "connection reset") {
+		t.Errorf("broken answer: %v", err)
+	}
+}
+
+// The spool write backs off 100 ms, doubling, capped at 2 s.
+func TestSpoolBackoff(t *testing.T) {
+	t.Parallel()
+	want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond,
+		1600 * time.Millisecond, 2 * time.Second, 2 * time.Second, 2 * time.Second}
+	for n, w := range want {
+		if got := spoolBackoff(n); got != w {
+			t.Errorf("spoolBackoff(%d) = %s, want %s", n, got, w)
+		}
+	}
+	if got := spoolBackoff(1000); got != 2*time.Second {
+		t.Errorf("spoolBackoff(1000) = %s, want 2s (no overflow)", got)
 	}
 }

@@ -316,10 +316,9 @@ func (u *unitRun) stopBeforeSend(ctx context.Context, id int64, op string) error
 		return nil
 	}
 	u.d.Metrics.ProviderCall(op, CallNotSent)
-	if ferr := u.d.Store.FinishCall(context.WithoutCancel(ctx), id, CallNotSent, 0, "interrupted_before_send", ""); ferr != nil {
-		return errors.Join(err, storeErr(ferr))
-	}
-	return err
+	// A failure to close the intent rides along (errors.Join drops a nil).
+	ferr := u.d.Store.FinishCall(context.WithoutCancel(ctx), id, CallNotSent, 0, "interrupted_before_send", "")
+	return errors.Join(err, storeErr(ferr))
 }
 
 // syncCall makes one synchronous provider call and spools its media.
@@ -368,7 +367,7 @@ func (u *unitRun) syncCall(ctx context.Context, op, name string) (string, error)
 	// local failure (a full disk) cannot be mistaken for a broken answer and
 	// does not lose what was paid for: the bytes wait in memory while the
 	// spool write is retried.
-	body, err := readAnswer(m.Body)
+	body, err := readAnswer(m.Body, maxAnswer)
 	if err != nil {
 		// The provider answered and then the stream broke: it may well have
 		// billed us for a result we do not have.
@@ -412,11 +411,10 @@ func (u *unitRun) callFailed(ctx context.Context, id int64, op string, contract 
 		}
 	}
 	u.d.Metrics.ProviderCall(op, status)
-	if ferr := u.d.Store.FinishCall(context.WithoutCancel(ctx), id, status, httpStatus, code, ""); ferr != nil {
-		// The call's class decides the outcome; the audit failure rides along.
-		return errors.Join(classifyCall(ctx, op, contract, err), storeErr(ferr))
-	}
-	return classifyCall(ctx, op, contract, err)
+	// The call's class decides the outcome; a failure to record it rides
+	// along (errors.Join drops a nil).
+	ferr := u.d.Store.FinishCall(context.WithoutCancel(ctx), id, status, httpStatus, code, "")
+	return errors.Join(classifyCall(ctx, op, contract, err), storeErr(ferr))
 }
 
 // classifyCall is the §6 table: what a failed call means for the job.
@@ -560,17 +558,23 @@ func (u *unitRun) video(ctx context.Context) (string, error) {
 // memory; a provider sending more is treated like a broken answer.
 const maxAnswer = 256 << 20
 
-// readAnswer reads a synchronous answer whole.
-func readAnswer(body io.ReadCloser) ([]byte, error) {
+// readAnswer reads a synchronous answer of at most limit bytes whole.
+func readAnswer(body io.ReadCloser, limit int) ([]byte, error) {
 	defer body.Close()
-	b, err := io.ReadAll(io.LimitReader(body, maxAnswer+1))
+	b, err := io.ReadAll(io.LimitReader(body, int64(limit)+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > maxAnswer {
-		return nil, fmt.Errorf("answer larger than %d MiB", maxAnswer>>20)
+	if len(b) > limit {
+		return nil, fmt.Errorf("answer larger than %d bytes", limit)
 	}
 	return b, nil
+}
+
+// spoolBackoff is the wait before retry n (0-based) of a failed spool
+// write: 100 ms doubling, at most 2 s.
+func spoolBackoff(n int) time.Duration {
+	return min(100*time.Millisecond<<min(n, 5), 2*time.Second)
 }
 
 // keepAnswer spools a paid answer, retrying a failing local write with
@@ -578,16 +582,15 @@ func readAnswer(body io.ReadCloser) ([]byte, error) {
 // paying again, so it is worth waiting for space.
 func (u *unitRun) keepAnswer(ctx context.Context, path string, body []byte) error {
 	deadline := time.Now().Add(u.d.SpoolPatience)
-	wait := 100 * time.Millisecond
-	for {
+	for n := 0; ; n++ {
 		err := spoolTo(path, io.NopCloser(bytes.NewReader(body)))
+		wait := spoolBackoff(n)
 		if err == nil || !time.Now().Add(wait).Before(deadline) {
 			return err
 		}
 		if serr := sleepCtx(ctx, wait); serr != nil {
 			return errors.Join(err, serr)
 		}
-		wait = min(2*wait, 2*time.Second)
 	}
 }
 
