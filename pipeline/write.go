@@ -38,7 +38,7 @@ func writeObject(ctx context.Context, led ObjectLedger, objs ObjectStore, lease 
 			// Someone else wrote the key first. If they finished, reuse it.
 			if a, gerr := led.GetAsset(ctx, key); gerr == nil {
 				_, aerr := led.AbandonClaim(ctx, lease.AttemptID, key) // an asset row exists: never deletes
-				return a, true, aerr
+				return a, true, storeErr(aerr)
 			}
 		}
 		aerr := abandon(ctx, led, objs, lease.AttemptID, key)
@@ -64,7 +64,9 @@ func writeObject(ctx context.Context, led ObjectLedger, objs ObjectStore, lease 
 	}
 	a = Asset{Key: key, JobID: lease.JobID, Kind: kind, SizeBytes: hr.n, SHA256: sum, ContentType: contentType, DurationMS: durationMS}
 	if err := led.CommitAsset(ctx, lease, a); err != nil {
-		return Asset{}, false, errors.Join(err, abandon(ctx, led, objs, lease.AttemptID, key))
+		// storeErr: a fence stays a fence; anything else (a full disk, a
+		// busy database) is the store's and transient.
+		return Asset{}, false, errors.Join(storeErr(err), abandon(ctx, led, objs, lease.AttemptID, key))
 	}
 	return a, false, nil
 }
@@ -160,11 +162,11 @@ func adoptObject(ctx context.Context, led ObjectLedger, objs ObjectStore, lease 
 	}
 	if a, err := led.GetAsset(ctx, key); err == nil { // committed meanwhile
 		_, aerr := led.AbandonClaim(ctx, lease.AttemptID, key)
-		return a, true, aerr
+		return a, true, storeErr(aerr)
 	}
 	rc, _, err := objs.Get(ctx, key, 0, -1)
 	if errors.Is(err, ErrNotFound) {
-		return Asset{}, false, abandon(ctx, led, objs, lease.AttemptID, key)
+		return Asset{}, false, storeErr(abandon(ctx, led, objs, lease.AttemptID, key))
 	}
 	if err != nil {
 		return Asset{}, false, errors.Join(&ClassifiedError{Class: ClassTransient, Code: "object_store_error", Message: "object storage did not answer", Cause: err},
@@ -179,7 +181,9 @@ func adoptObject(ctx context.Context, led ObjectLedger, objs ObjectStore, lease 
 	}
 	a := Asset{Key: key, JobID: lease.JobID, Kind: kind, SizeBytes: hr.n, SHA256: hex.EncodeToString(hr.h.Sum(nil)), ContentType: contentType, DurationMS: durationMS}
 	if err := led.CommitAsset(ctx, lease, a); err != nil {
-		return Asset{}, false, errors.Join(err, abandon(ctx, led, objs, lease.AttemptID, key))
+		// storeErr: a fence stays a fence; anything else (a full disk, a
+		// busy database) is the store's and transient.
+		return Asset{}, false, errors.Join(storeErr(err), abandon(ctx, led, objs, lease.AttemptID, key))
 	}
 	return a, true, nil
 }

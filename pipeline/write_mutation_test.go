@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"strings"
 	"sync/atomic"
@@ -77,8 +78,8 @@ func TestWriteObjectChecksStoredDigest(t *testing.T) {
 	})
 }
 
-// failCommitOnce fails the first CommitAsset transiently, as a busy database
-// would.
+// failCommitOnce fails the first CommitAsset the way the SQLite driver
+// does on a full disk: a plain error, which writeObject must classify.
 type failCommitOnce struct {
 	pipeline.Store
 	commits atomic.Int32
@@ -86,7 +87,7 @@ type failCommitOnce struct {
 
 func (s *failCommitOnce) CommitAsset(ctx context.Context, lease pipeline.Lease, a pipeline.Asset) error {
 	if s.commits.Add(1) == 1 {
-		return &pipeline.ClassifiedError{Class: pipeline.ClassTransient, Code: "test_commit_failed", Message: "injected"}
+		return errors.New("database or disk is full")
 	}
 	return s.Store.CommitAsset(ctx, lease, a)
 }
