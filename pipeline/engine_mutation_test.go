@@ -663,7 +663,7 @@ func TestEngineRenderFailureIsRetried(t *testing.T) {
 	h := newHarness(t, withRenderers(func(context.Context, int, int, int) (pipeline.Renderer, error) { return brokenRenderer{}, nil }))
 	h.submit("v1-fullrender", board(img("a dune", "", 600)))
 	_, o := runOnce(t, h)
-	if o.Status != pipeline.StatusRetryWait || o.ErrorCode != "render_failed" || o.RequiresAction {
+	if o.Status != pipeline.StatusRetryWait || o.ErrorCode != "render_failed" || o.RequiresAction || o.ErrorMessage != "scene 1 could not be rendered" {
 		t.Fatalf("outcome %+v, want retry_wait render_failed", o)
 	}
 }

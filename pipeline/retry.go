@@ -104,9 +104,7 @@ func (p RetryPolicy) rand() float64 {
 // Ceiling is the upper bound of the backoff after the given attempt
 // (1-based): min(Cap, Base·2^(attempt-1)).
 func (p RetryPolicy) Ceiling(attempt int) time.Duration {
-	if attempt < 1 {
-		attempt = 1
-	}
+	attempt = max(attempt, 1)
 	d := p.Base
 	for i := 1; i < attempt; i++ {
 		if d > p.Cap/2 {
