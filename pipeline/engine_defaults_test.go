@@ -112,3 +112,21 @@ func TestSpoolBackoff(t *testing.T) {
 		t.Errorf("spoolBackoff(1000) = %s, want 2s (no overflow)", got)
 	}
 }
+
+// A zero worker setting takes its default; a chosen one is kept.
+func TestWorkerConfigDefaults(t *testing.T) {
+	t.Parallel()
+	var c WorkerConfig
+	c.setDefaults()
+	if c.Concurrency != 2 || c.LeaseFor != 30*time.Second || c.Poll != 200*time.Millisecond || c.PruneEvery != 10*time.Minute ||
+		c.Clock == nil || c.Logger == nil {
+		t.Fatalf("zero config: %+v", c)
+	}
+	set := WorkerConfig{Concurrency: 7, LeaseFor: 9 * time.Second, Poll: time.Second, PruneEvery: time.Hour,
+		Clock: NewManualClock(time.Unix(0, 0)), Logger: slog.New(slog.DiscardHandler)}
+	c = set
+	c.setDefaults()
+	if c.Concurrency != 7 || c.LeaseFor != 9*time.Second || c.Poll != time.Second || c.PruneEvery != time.Hour || c.Clock != set.Clock || c.Logger != set.Logger {
+		t.Fatalf("explicit settings changed by defaults: %+v", c)
+	}
+}

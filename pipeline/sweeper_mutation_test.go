@@ -108,3 +108,18 @@ func TestSweeperStartInterval(t *testing.T) {
 		}
 	})
 }
+
+// Stopping a sweeper that never started is a no-op, not a hang.
+func TestSweeperStopBeforeStart(t *testing.T) {
+	t.Parallel()
+	led, objs := newSweepFixture(t)
+	sw, err := pipeline.NewSweeper(pipeline.SweeperConfig{Ledger: led, Objects: objs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- sw.Stop(context.Background()) }()
+	if err := within(t, done, "Stop of an unstarted sweeper"); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+}

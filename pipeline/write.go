@@ -44,7 +44,10 @@ func writeObject(ctx context.Context, led ObjectLedger, objs ObjectStore, lease 
 		aerr := abandon(ctx, led, objs, lease.AttemptID, key)
 		var pe *sourceError
 		if errors.As(err, &pe) {
-			return Asset{}, false, errors.Join(pe.err, aerr)
+			// The reader failed, not the store: its error goes up as is,
+			// still marked, so the caller can tell (finalize names a
+			// broken join as such).
+			return Asset{}, false, errors.Join(pe, aerr)
 		}
 		if errors.Is(err, ErrAlreadyExists) {
 			return Asset{}, false, errors.Join(&ClassifiedError{Class: ClassTransient, Code: "object_busy",
