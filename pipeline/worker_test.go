@@ -140,3 +140,53 @@ func TestPruneSpool(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A worker never holds more leases than it has slots: with concurrency 1
+// and a slow job in flight, the other jobs stay pending for other workers.
+func TestWorkerClaimsNoMoreThanItsSlots(t *testing.T) {
+	t.Parallel()
+	entered := make(chan struct{}, 8)
+	release := make(chan struct{})
+	h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers {
+		return &hookProviders{before: func(ctx context.Context, op, unit string) error {
+			entered <- struct{}{}
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}}
+	}))
+	ids := []string{"v1-slot1", "v1-slot2", "v1-slot3"}
+	for _, id := range ids {
+		h.submit(id, board(img("p "+id, "", 600)))
+	}
+	w := newWorker(t, h, 1)
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	within(t, entered, "the first job's provider call")
+	time.Sleep(100 * time.Millisecond) // ten poll intervals: time to over-claim, if it would
+	running := 0
+	for _, id := range ids {
+		if h.job(id).Status == pipeline.StatusRunning {
+			running++
+		}
+	}
+	close(release)
+	if running != 1 {
+		t.Errorf("%d jobs leased by a worker with one slot", running)
+	}
+	waitFor(t, "all jobs settled", func() bool {
+		for _, id := range ids {
+			if !h.job(id).Status.Settled() {
+				return false
+			}
+		}
+		return true
+	})
+	if err := w.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
