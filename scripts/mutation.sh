@@ -7,9 +7,13 @@
 # do run.
 #
 # It is slow by nature (one `go test` of the whole package per mutant) and is
-# not part of `make test`. Measured on the 2-core machine with other work
-# running: routing 1-3 min and storage/sqlite ~50 min with one worker;
-# pipeline ~50 min with MUTATION_WORKERS=2 (about 3 h with one).
+# not part of `make test`. Measured on the 2-core machine with
+# MUTATION_WORKERS=2: routing ~0.5 min, storage/sqlite 7-10 min, pipeline
+# ~50 min (twice that and more with one worker or a loaded machine).
+#
+# TIMED OUT mutants are scored outside efficacy by gremlins and can hide a
+# survivor, so the tests bound every wait on the code under test (a mutant
+# that blocks fails in seconds instead of hanging the package).
 #
 # Environment:
 #   MUTATION_PKGS      packages, default "routing storage/sqlite pipeline"
