@@ -100,10 +100,10 @@ func download(ctx context.Context, objs ObjectStore, key, path string) (string, 
 			// asset row always has its object: this is an invariant breach.
 			return "", &ClassifiedError{Class: ClassAmbiguous, Code: "object_missing", Message: "a stored scene result is missing from object storage", Cause: err}
 		}
-		return "", &ClassifiedError{Class: ClassTransient, Code: "object_store_error", Message: "object storage did not answer", Cause: err}
+		return "", infraErr("object_store_error", "object storage did not answer", err)
 	}
 	if err := spoolTo(path, rc); err != nil {
-		return "", &ClassifiedError{Class: ClassTransient, Code: "object_store_error", Message: "object storage download broke off", Cause: err}
+		return "", infraErr("object_store_error", "object storage download broke off", err)
 	}
 	return path, nil
 }

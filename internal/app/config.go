@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"edgepipe/api"
+	"edgepipe/pipeline"
 	"edgepipe/routing"
 )
 
@@ -31,6 +32,7 @@ var Known = []string{
 	"EDGEPIPE_FFMPEG", "EDGEPIPE_FFPROBE", "EDGEPIPE_RENDER_PRESET",
 	"EDGEPIPE_LEASE", "EDGEPIPE_SWEEP_INTERVAL", "EDGEPIPE_SWEEP_GRACE",
 	"EDGEPIPE_RETRY_BASE", "EDGEPIPE_RETRY_CAP", "EDGEPIPE_RETRY_MAX_ATTEMPTS",
+	"EDGEPIPE_INFRA_RETRY_WINDOW", "EDGEPIPE_INFRA_RETRY_CAP",
 	"EDGEPIPE_FAILPOINTS", "EDGEPIPE_LOG_LEVEL", "EDGEPIPE_WEBHOOK_SECRET", "EDGEPIPE_ALLOW_PRIVATE_WEBHOOKS",
 	"EDGEPIPE_URL", "EDGEPIPE_TOKEN", // client commands (submit, status, ...)
 	"EDGEPIPE_MINIO_BIN", "EDGEPIPE_BASE_IMAGE", "EDGEPIPE_MINIO_IMAGE", "EDGEPIPE_IMAGE", // tests and images
@@ -55,6 +57,10 @@ type Config struct {
 	RetryBase     time.Duration
 	RetryCap      time.Duration
 	RetryMax      int
+	// InfraWindow and InfraCap are the infrastructure budget
+	// (pipeline.RetryPolicy).
+	InfraWindow   time.Duration
+	InfraCap      time.Duration
 	Failpoints    string
 	LogLevel      slog.Level
 	WebhookSecret string
@@ -109,6 +115,8 @@ func FromEnv(getenv func(string) string, environ []string) (Config, error) {
 		{"EDGEPIPE_SWEEP_GRACE", &c.SweepGrace, time.Hour, 0},
 		{"EDGEPIPE_RETRY_BASE", &c.RetryBase, 10 * time.Second, time.Millisecond},
 		{"EDGEPIPE_RETRY_CAP", &c.RetryCap, 10 * time.Minute, time.Millisecond},
+		{"EDGEPIPE_INFRA_RETRY_WINDOW", &c.InfraWindow, pipeline.DefaultInfraWindow, time.Second},
+		{"EDGEPIPE_INFRA_RETRY_CAP", &c.InfraCap, pipeline.DefaultInfraCap, time.Millisecond},
 	} {
 		if *d.dst, err = durationSetting(getenv, d.name, d.def, d.min); err != nil {
 			return c, err
