@@ -39,7 +39,9 @@ import (
 // failed delete therefore wedges a key for minutes, not for the sweeper's
 // grace.
 func (s *Store) ClaimObject(ctx context.Context, lease pipeline.Lease, key string) error {
-	return s.inTx(ctx, func(tx *wtx) error {
+	takenOver := false
+	err := s.inTx(ctx, func(tx *wtx) error {
+		takenOver = false
 		now := s.now()
 		if err := checkFence(ctx, tx, now, lease, "claim object"); err != nil {
 			return err
@@ -65,12 +67,17 @@ func (s *Store) ClaimObject(ctx context.Context, lease pipeline.Lease, key strin
 				key, lease.AttemptID, lease.JobID, now); err != nil {
 				return err
 			}
-			return fmt.Errorf("%w: %s", pipeline.ErrClaimTakenOver, key)
+			takenOver = true // committed: the sentinel is returned after
+			return nil
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO object_claims (object_key, attempt_id, job_id, state, claimed_at)
 			VALUES (?, ?, ?, 'writing', ?) ON CONFLICT (object_key, attempt_id) DO NOTHING`, key, lease.AttemptID, lease.JobID, now)
 		return err
 	})
+	if err == nil && takenOver {
+		return fmt.Errorf("%w: %s", pipeline.ErrClaimTakenOver, key)
+	}
+	return err
 }
 
 // CommitAsset records a fully written object and drops the attempt's claim
