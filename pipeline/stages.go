@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime/debug"
 	"path/filepath"
 	"sync"
 )
@@ -143,6 +144,14 @@ func finalize(ctx context.Context, d FinalizeDeps, a *attempt, clips []string) (
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		// A panicking renderer must not take the process down: it fails
+		// the join (and so the upload), with its stack for the log.
+		defer func() {
+			if r := recover(); r != nil {
+				joinErr = fmt.Errorf("renderer panicked: %v\n%s", r, debug.Stack())
+				pw.CloseWithError(joinErr)
+			}
+		}()
 		joinErr = d.Renderer.JoinTo(joinCtx, clips, pw)
 		pw.CloseWithError(joinErr)
 	}()
