@@ -58,3 +58,30 @@ func mustBindings(t *testing.T, s string) routing.Bindings {
 	}
 	return b
 }
+
+// A job backing off on an infrastructure failure says so: waiting for
+// storage, since when; any other retry does not.
+func TestJobShowsWaitingForStorage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	j := e.mustSubmit(t, tokAcme, "wait-1")
+	c := e.claim(t, "render-"+j.Version)
+	if err := e.store.Finish(ctx, c.Lease, pipeline.Outcome{Status: pipeline.StatusRetryWait, NextRunAt: e.clock.Now().Add(time.Minute),
+		ErrorClass: pipeline.ClassTransient, ErrorCode: "object_store_error", ErrorMessage: "the object store did not accept the upload", Infra: true}); err != nil {
+		t.Fatal(err)
+	}
+	g := decode[JobResource](t, e.get(t, tokAcme, "/v1/jobs/"+j.ID))
+	if g.WaitingFor != "storage" || g.WaitingSince == nil || !g.WaitingSince.Equal(e.clock.Now()) {
+		t.Fatalf("job %+v; want waiting_for storage since now", g)
+	}
+	e.clock.Advance(2 * time.Minute)
+	c = e.claim(t, "render-"+j.Version)
+	if err := e.store.Finish(ctx, c.Lease, pipeline.Outcome{Status: pipeline.StatusRetryWait, NextRunAt: e.clock.Now().Add(time.Minute),
+		ErrorClass: pipeline.ClassTransient, ErrorCode: "provider_rate_limited", ErrorMessage: "slow down"}); err != nil {
+		t.Fatal(err)
+	}
+	if g := decode[JobResource](t, e.get(t, tokAcme, "/v1/jobs/"+j.ID)); g.WaitingFor != "" || g.WaitingSince != nil {
+		t.Fatalf("job after a provider retry %+v; want no waiting_for", g)
+	}
+}
