@@ -563,6 +563,7 @@ type job struct {
 	StatusChangedAt time.Time `json:"status_changed_at"`
 	Attempts        int       `json:"attempts"`
 	RequiresAction  bool      `json:"requires_action"`
+	WaitingFor      string    `json:"waiting_for"`
 	Error           *struct {
 		Class   string `json:"class"`
 		Code    string `json:"code"`

@@ -58,7 +58,8 @@ type EngineConfig struct {
 	Retry     RetryPolicy
 	Clock     Clock
 	Logger    *slog.Logger
-	// UnitConcurrency bounds scenes generated in parallel (default 4).
+	// UnitConcurrency bounds scenes generated in parallel
+	// (DefaultUnitConcurrency).
 	UnitConcurrency int
 	// TempDir holds scene clips of an attempt.
 	TempDir string
@@ -101,7 +102,7 @@ func (c *EngineConfig) setDefaults() {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.UnitConcurrency == 0 {
-		c.UnitConcurrency = 4
+		c.UnitConcurrency = DefaultUnitConcurrency
 	}
 	if c.TempDir == "" {
 		c.TempDir = os.TempDir()
@@ -136,6 +137,10 @@ func (c EngineConfig) Validate() error {
 	}
 	return c.Retry.Validate()
 }
+
+// DefaultUnitConcurrency is how many scenes of one job are generated at
+// once unless configured (EDGEPIPE_UNIT_CONCURRENCY).
+const DefaultUnitConcurrency = 4
 
 // Engine runs one attempt of a job through the four stages.
 type Engine struct {

@@ -218,7 +218,8 @@ func (a *App) Build(ctx context.Context, withAPI, withSweeper bool, workers int)
 			Store: a.Store, Objects: a.Objects, Providers: prov, Renderers: render.Factory(rc),
 			Retry: pipeline.RetryPolicy{Base: a.Cfg.RetryBase, Cap: a.Cfg.RetryCap, MaxAttempts: a.Cfg.RetryMax,
 				InfraWindow: a.Cfg.InfraWindow, InfraCap: a.Cfg.InfraCap},
-			Logger: a.Log, TempDir: os.TempDir(), SpoolDir: filepath.Join(a.Cfg.DataDir, "spool"), Failpoint: fps.Func(), Metrics: a.Metrics,
+			UnitConcurrency: a.Cfg.UnitConcurrency,
+			Logger:          a.Log, TempDir: os.TempDir(), SpoolDir: filepath.Join(a.Cfg.DataDir, "spool"), Failpoint: fps.Func(), Metrics: a.Metrics,
 		})
 		if err != nil {
 			return nil, err

@@ -26,7 +26,7 @@ var Known = []string{
 	"EDGEPIPE_S3_ENDPOINT", "EDGEPIPE_S3_PUBLIC_ENDPOINT", "EDGEPIPE_S3_BUCKET", "EDGEPIPE_S3_ACCESS_KEY",
 	"EDGEPIPE_S3_SECRET_KEY", "EDGEPIPE_S3_REGION", "EDGEPIPE_S3_PREFIX", "EDGEPIPE_S3_CREATE_BUCKET",
 	"EDGEPIPE_S3_PATH_STYLE", "EDGEPIPE_S3_PART_SIZE_MIB", "EDGEPIPE_S3_CONCURRENCY", "EDGEPIPE_S3_SIGN_PAYLOAD",
-	"EDGEPIPE_BINDINGS", "EDGEPIPE_WORKERS", "EDGEPIPE_TOKENS", "EDGEPIPE_ADMIN_TOKEN",
+	"EDGEPIPE_BINDINGS", "EDGEPIPE_WORKERS", "EDGEPIPE_UNIT_CONCURRENCY", "EDGEPIPE_TOKENS", "EDGEPIPE_ADMIN_TOKEN",
 	"EDGEPIPE_PROVIDER_URL", "EDGEPIPE_PROVIDER_TIMEOUT",
 	"EDGEPIPE_FAKE_FAULTS", "EDGEPIPE_FAKE_SEED", "EDGEPIPE_FAKE_VIDEO_PROCESSING",
 	"EDGEPIPE_FFMPEG", "EDGEPIPE_FFPROBE", "EDGEPIPE_RENDER_PRESET",
@@ -47,8 +47,10 @@ type Config struct {
 	ObjectsDir string
 	Routing    routing.Config
 	Workers    int
-	Tokens     map[string]string
-	AdminToken string
+	// UnitConcurrency bounds the scenes one job generates at once.
+	UnitConcurrency int
+	Tokens          map[string]string
+	AdminToken      string
 	// ProviderURL empty → in-process fake providers on loopback.
 	ProviderURL   string
 	LeaseFor      time.Duration
@@ -94,6 +96,9 @@ func FromEnv(getenv func(string) string, environ []string) (Config, error) {
 	c.ObjectsDir = or(getenv("EDGEPIPE_OBJECTS_DIR"), filepath.Join(c.DataDir, "objects"))
 	var err error
 	if c.Routing, err = routing.ConfigFromEnv(getenv); err != nil {
+		return c, err
+	}
+	if c.UnitConcurrency, err = intSetting(getenv, "EDGEPIPE_UNIT_CONCURRENCY", pipeline.DefaultUnitConcurrency, 1, 64); err != nil {
 		return c, err
 	}
 	if c.Workers, err = intSetting(getenv, "EDGEPIPE_WORKERS", 2, 0, 256); err != nil {
