@@ -136,29 +136,22 @@ func (u *unitRun) stage(ctx context.Context, ans *answer, op string, r io.Reader
 }
 
 // keepPaid keeps a synchronous answer just received before anything else
-// happens: a copy in this worker's spool (one try: fast, and it survives a
-// crash of this process), then the staged copy in the object store (a few
-// tries; it survives this machine). Only then is the call recorded as
-// succeeded. If the object store refuses, the spooled copy carries the
-// answer until it is back: the call is recorded and the attempt ends on
-// the infrastructure budget, and the next attempt stages the spool first.
-// If neither copy can be made, the spool write is retried for
-// SpoolPatience; after that the answer is lost and the call is recorded as
-// such (local_disk_error, for a human).
+// happens: staged in the object store (a few tries), where it survives
+// this machine. Only if the store refuses it does the answer go to this
+// worker's spool, the fast local copy that carries it until the store is
+// back: the call is then recorded and the attempt ends on the
+// infrastructure budget, and the next attempt stages the spool first. If
+// neither copy can be made, the spool write is retried for SpoolPatience;
+// after that the answer is lost and the call is recorded as such
+// (local_disk_error, for a human).
 func (u *unitRun) keepPaid(call *paidCall, body []byte) (*answer, error) {
 	ctx := call.ctx
 	ans := &answer{callID: call.id, body: body}
-	path := ""
-	var spoolErr error = errors.New("no spool directory")
-	if u.d.SpoolDir != "" {
-		path = u.spoolPath(call.id)
-		if spoolErr = spoolTo(path, io.NopCloser(bytes.NewReader(body))); spoolErr == nil {
-			ans.spool = path
-		}
-	}
 	stageErr := u.withStoreRetries(ctx, func() error { return u.stage(ctx, ans, call.op, bytes.NewReader(body)) })
-	if stageErr != nil && spoolErr != nil {
-		if path != "" {
+	if stageErr != nil {
+		var spoolErr error = errors.New("no spool directory")
+		if u.d.SpoolDir != "" {
+			path := u.spoolPath(call.id)
 			if spoolErr = u.keepAnswer(ctx, path, body); spoolErr == nil {
 				ans.spool = path
 			}
