@@ -185,10 +185,25 @@ func (a *Adapter) Contract(op string) pipeline.Contract {
 
 // Contracts returns the declared contract table of this configuration: an
 // operation without a model fails closed.
-func (a *Adapter) Contracts() []provider.ContractRow {
+func (a *Adapter) Contracts() []provider.ContractRow { return contractsFor(a.models) }
+
+// Describe returns the contract table and the model of each operation of
+// cfg without validating it (for `edgepipe provider contracts`, which needs
+// no credentials).
+func Describe(cfg Config) ([]provider.ContractRow, map[string]string) {
+	models := maps.Clone(DefaultModels)
+	for op, m := range cfg.Models {
+		if m != "" {
+			models[op] = m
+		}
+	}
+	return contractsFor(models), models
+}
+
+func contractsFor(models map[string]string) []provider.ContractRow {
 	rows := ContractTable()
 	for i, r := range rows {
-		if r.Op != provider.OpOther && a.models[r.Op] == "" {
+		if r.Op != provider.OpOther && models[r.Op] == "" {
 			rows[i].Contract = pipeline.ContractFailClosed
 			rows[i].Why = "no model is configured for this operation (" + envOf(r.Op) + ")"
 		}

@@ -232,6 +232,19 @@ var contracts = []provider.ContractRow{
 		Why: "no contract was established for any other operation"},
 }
 
+// Describe returns the contract table and the model of each operation of
+// cfg without validating it (for `edgepipe provider contracts`, which needs
+// no credentials).
+func Describe(cfg Config) ([]provider.ContractRow, map[string]string) {
+	models := maps.Clone(DefaultModels)
+	for op, m := range cfg.Models {
+		if _, ok := DefaultModels[op]; ok && m != "" {
+			models[op] = m
+		}
+	}
+	return ContractTable(), models
+}
+
 // ContractTable returns the declared contracts (a copy).
 func ContractTable() []provider.ContractRow { return append([]provider.ContractRow(nil), contracts...) }
 
