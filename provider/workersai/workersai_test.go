@@ -234,6 +234,9 @@ func TestFailuresAreClassified(t *testing.T) {
 		{"200 success false", func(w http.ResponseWriter) {
 			writeJSON(w, 200, `{"result":null,"success":false,"errors":[{"code":5006,"message":"oops"}],"messages":[]}`)
 		}, pipeline.OutcomeUnknown, provider.CodeBadResponse, 0},
+		{"200 success false with a result", func(w http.ResponseWriter) {
+			writeJSON(w, 200, `{"result":{"image":"/9j/","audio":"SUQz"},"success":false,"errors":[{"code":5006,"message":"oops"}],"messages":[]}`)
+		}, pipeline.OutcomeUnknown, provider.CodeBadResponse, 0},
 		{"200 not json", func(w http.ResponseWriter) {
 			w.Header().Set("Content-Type", "text/plain")
 			_, _ = io.WriteString(w, "hello")
