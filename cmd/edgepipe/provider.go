@@ -34,12 +34,12 @@ func providerCmd(ctx context.Context, args []string) error {
 	}
 	switch args[0] {
 	case "contracts":
-		return providerContracts(os.Stdout, args[1:])
+		return providerContracts(os.Stdout, os.Getenv, args[1:])
 	}
 	return fmt.Errorf("%w: unknown subcommand %q (edgepipe provider --help lists them)", errUsage, args[0])
 }
 
-func providerContracts(w io.Writer, args []string) error {
+func providerContracts(w io.Writer, getenv func(string) string, args []string) error {
 	fs := newFlags("provider contracts", "[--why]", `
 Prints the declared retry contract of every (provider, operation, model).
 sync: an ambiguous failure stops for a human; async_pollable: the external id
@@ -54,7 +54,7 @@ in intent rows and object keys.`)
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q (edgepipe provider contracts --help)", errUsage, fs.Arg(0))
 	}
-	lines, err := app.Contracts(os.Getenv)
+	lines, err := app.Contracts(getenv)
 	if err != nil {
 		return err
 	}
