@@ -389,12 +389,24 @@ func (a *Adapter) result(r provider.Request, resp *provider.Response, env envelo
 	return nil
 }
 
+// maxSide bounds a decoded image's width and height.
+const maxSide = 8192
+
 // toPNG returns a PNG of a JPEG or PNG image.
 func toPNG(b []byte) ([]byte, error) {
 	switch {
 	case bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")):
 		return b, nil
 	case bytes.HasPrefix(b, []byte{0xff, 0xd8, 0xff}):
+		// Bound the decoded size before decoding: a few KB of JPEG can
+		// claim gigapixels.
+		cfg, err := jpeg.DecodeConfig(bytes.NewReader(b))
+		if err != nil {
+			return nil, fmt.Errorf("result.image is not a decodable JPEG: %w", err)
+		}
+		if cfg.Width <= 0 || cfg.Height <= 0 || cfg.Width > maxSide || cfg.Height > maxSide {
+			return nil, fmt.Errorf("result.image is %dx%d, more than %d pixels a side", cfg.Width, cfg.Height, maxSide)
+		}
 		img, err := jpeg.Decode(bytes.NewReader(b))
 		if err != nil {
 			return nil, fmt.Errorf("result.image is not a decodable JPEG: %w", err)
