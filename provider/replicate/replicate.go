@@ -501,8 +501,10 @@ func (a *Adapter) runSync(ctx context.Context, op, unit string, input map[string
 			return pipeline.Media{}, a.after(op, p.ID, pipeline.OutcomeFailed, provider.CodeJobCanceled, fmt.Errorf("prediction %s", p.Status))
 		}
 		if time.Now().After(deadline) {
+			// Stop the meter: a canceled prediction bills only the time it ran.
+			a.cancel(ctx, op, p.ID)
 			return pipeline.Media{}, a.after(op, p.ID, pipeline.OutcomeUnknown, provider.CodeTimeout,
-				fmt.Errorf("prediction still %s after %s", p.Status, a.cfg.SyncWait))
+				fmt.Errorf("prediction still %s after %s (cancel requested)", p.Status, a.cfg.SyncWait))
 		}
 		t := time.NewTimer(a.cfg.PollInterval)
 		select {
@@ -544,6 +546,21 @@ func (a *Adapter) runSync(ctx context.Context, op, unit string, input map[string
 	// unknown outcome.
 	m.Body = &paidBody{rc: m.Body, a: a, op: op, id: p.ID}
 	return m, nil
+}
+
+// cancel asks Replicate to cancel a prediction (POST
+// /v1/predictions/{id}/cancel), best effort: the call's outcome is already
+// decided, a failure here is only logged.
+func (a *Adapter) cancel(ctx context.Context, op, id string) {
+	r := provider.Request{Op: op, Read: true, Method: http.MethodPost, URL: a.apiURL("/v1/predictions/" + id + "/cancel"),
+		Header: a.auth(), OK: []int{http.StatusOK, http.StatusAccepted, http.StatusNoContent}}
+	resp, err := a.caller.Do(ctx, r)
+	if err != nil {
+		a.log.Warn("replicate prediction could not be canceled", "op", op, "prediction", id, "err", err)
+		return
+	}
+	resp.Body.Close()
+	a.log.Info("replicate prediction canceled", "op", op, "prediction", id)
 }
 
 // after builds the error of a sync call whose prediction was created.

@@ -62,6 +62,7 @@ type fakeReplicate struct {
 	deliveries   int
 	deliveryAuth string
 	preferWait   bool
+	cancels      int
 }
 
 func newFake(t *testing.T) *fakeReplicate {
@@ -117,6 +118,11 @@ func (f *fakeReplicate) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/predictions/"+predID+"/cancel":
+		f.mu.Lock()
+		f.cancels++
+		f.mu.Unlock()
+		writeJSON(w, 200, f.prediction("canceled"))
 	case r.Method == http.MethodPost && (strings.HasSuffix(r.URL.Path, "/predictions")):
 		b, _ := io.ReadAll(r.Body)
 		f.mu.Lock()
@@ -432,6 +438,11 @@ func TestImageFailuresAfterCreateAreNeverNotSent(t *testing.T) {
 			}
 			if f.createCount() != 1 {
 				t.Errorf("%d creates", f.createCount())
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if wantCancel := tc.code == provider.CodeTimeout; (f.cancels == 1) != wantCancel {
+				t.Errorf("%d cancels, want %d", f.cancels, map[bool]int{true: 1}[wantCancel])
 			}
 		})
 	}
