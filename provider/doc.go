@@ -1,9 +1,11 @@
 // Package provider is edgepipe's HTTP client for the external generation
-// providers (image, speech, video): the one implementation of
-// pipeline.Providers that leaves the process. It speaks the API that
-// provider/fake serves (see that package's documentation for the wire
-// format); a real provider behind the same API can be reached by pointing
-// EDGEPIPE_PROVIDER_URL at it.
+// providers (image, speech, video). HTTP speaks the API that provider/fake
+// serves (see that package's documentation for the wire format); a provider
+// behind the same API can be reached by pointing EDGEPIPE_PROVIDER_URL at
+// it. The real providers live in provider/workersai and provider/replicate
+// and send their requests through Caller, which applies the same rules as
+// HTTP (below) to requests of any shape. Routed sends each operation to its
+// own provider (EDGEPIPE_PROVIDER, EDGEPIPE_PROVIDER_IMAGE/_SPEECH/_VIDEO).
 //
 // The package exists to make one promise hold: a scene is paid for once
 // (DESIGN §1.3, §6). Three things serve that promise.

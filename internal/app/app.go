@@ -18,7 +18,6 @@ import (
 	"edgepipe/api"
 	"edgepipe/failpoint"
 	"edgepipe/pipeline"
-	"edgepipe/provider"
 	"edgepipe/provider/fake"
 	"edgepipe/render"
 	"edgepipe/routing"
@@ -143,35 +142,6 @@ func (p *Parts) services() []pipeline.Starter {
 		out = append(out, p.Dispatcher)
 	}
 	return out
-}
-
-// providers returns the configured provider adapter, starting the
-// in-process fake on loopback when EDGEPIPE_PROVIDER_URL is unset.
-func (a *App) providers(ctx context.Context) (*provider.HTTP, error) {
-	pc, err := provider.ConfigFromEnv(a.Cfg.getenv)
-	if a.Cfg.ProviderURL == "" {
-		fc, ferr := fake.ConfigFromEnv(a.Cfg.getenv)
-		if ferr != nil {
-			return nil, ferr
-		}
-		fc.Logger = a.Log
-		srv, ferr := fake.New(fc)
-		if ferr != nil {
-			return nil, ferr
-		}
-		base, ferr := srv.Start(ctx, "127.0.0.1:0")
-		if ferr != nil {
-			return nil, ferr
-		}
-		a.fake = srv
-		a.Log.Info("fake providers started in-process", "url", base)
-		pc, err = provider.Config{BaseURL: base, Logger: a.Log}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	pc.Logger = a.Log
-	return provider.New(pc)
 }
 
 // FakeProviders is the in-process fake, when one runs.

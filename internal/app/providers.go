@@ -1,0 +1,138 @@
+package app
+
+import (
+	"context"
+
+	"edgepipe/pipeline"
+	"edgepipe/provider"
+	"edgepipe/provider/fake"
+	"edgepipe/provider/replicate"
+	"edgepipe/provider/workersai"
+)
+
+// providers builds the configured providers (EDGEPIPE_PROVIDER and its
+// per-operation overrides). The fake kind is the HTTP client of package
+// provider, pointed at EDGEPIPE_PROVIDER_URL or, when that is unset, at
+// in-process fake providers started on loopback. When every operation uses
+// one provider it is returned as is (object keys stay those of that
+// provider); otherwise a provider.Routed sends each operation to its own.
+func (a *App) providers(ctx context.Context) (pipeline.Providers, error) {
+	routing, err := provider.RoutingFromEnv(a.Cfg.getenv)
+	if err != nil {
+		return nil, err
+	}
+	built := map[string]pipeline.Providers{}
+	for _, kind := range routing.Kinds() {
+		if built[kind], err = a.buildProvider(ctx, kind); err != nil {
+			return nil, err
+		}
+	}
+	img, sp, vid := built[routing[pipeline.OpImage]], built[routing[pipeline.OpSpeech]], built[routing[pipeline.OpVideoSubmit]]
+	for _, op := range provider.RoutedOps {
+		p := built[routing[op]]
+		if c := p.Contract(op); c == pipeline.ContractFailClosed {
+			a.Log.Warn("this operation's provider has no contract for it: scenes that need it stop in needs_review",
+				"op", op, "provider", p.Name(), "hint", "route it elsewhere with EDGEPIPE_PROVIDER_"+opEnvSuffix(op))
+		}
+		a.Log.Info("provider", "op", op, "provider", p.Name(), "model", p.Model(op), "contract", p.Contract(op))
+	}
+	if len(built) == 1 {
+		return img, nil
+	}
+	return provider.NewRouted(img, sp, vid)
+}
+
+func opEnvSuffix(op string) string {
+	switch op {
+	case pipeline.OpImage:
+		return "IMAGE"
+	case pipeline.OpSpeech:
+		return "SPEECH"
+	}
+	return "VIDEO"
+}
+
+func (a *App) buildProvider(ctx context.Context, kind string) (pipeline.Providers, error) {
+	pc, err := provider.ConfigFromEnv(a.Cfg.getenv)
+	if err != nil {
+		return nil, err
+	}
+	switch kind {
+	case provider.KindWorkersAI:
+		c := workersai.ConfigFromEnv(a.Cfg.getenv)
+		c.Timeout, c.Logger = pc.Timeout, a.Log
+		return workersai.New(c)
+	case provider.KindReplicate:
+		c := replicate.ConfigFromEnv(a.Cfg.getenv)
+		c.Timeout, c.Logger = pc.Timeout, a.Log
+		return replicate.New(c)
+	}
+	if a.Cfg.ProviderURL == "" {
+		fc, err := fake.ConfigFromEnv(a.Cfg.getenv)
+		if err != nil {
+			return nil, err
+		}
+		fc.Logger = a.Log
+		srv, err := fake.New(fc)
+		if err != nil {
+			return nil, err
+		}
+		base, err := srv.Start(ctx, "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		a.fake = srv
+		a.Log.Info("fake providers started in-process", "url", base)
+		pc = provider.Config{BaseURL: base, Timeout: pc.Timeout}
+	}
+	pc.Logger = a.Log
+	return provider.New(pc)
+}
+
+// ContractLine is one row of `edgepipe provider contracts`.
+type ContractLine struct {
+	// Kind is the EDGEPIPE_PROVIDER value; Provider is the name in intent
+	// rows and object keys (the fake kind's client is named "http").
+	Kind     string
+	Provider string
+	Op       string
+	Model    string
+	Contract pipeline.Contract
+	// Routed is true when this configuration sends Op to Provider.
+	Routed bool
+	Why    string
+}
+
+// Contracts lists the declared contract of every (provider, operation,
+// model) with the models this configuration would use, marking the rows the
+// routing selects. It needs no credentials and starts nothing.
+func Contracts(getenv func(string) string) ([]ContractLine, error) {
+	routing, err := provider.RoutingFromEnv(getenv)
+	if err != nil {
+		return nil, err
+	}
+	type described struct {
+		kind, name string
+		rows       []provider.ContractRow
+		models     map[string]string
+	}
+	wr, wm := workersai.Describe(workersai.ConfigFromEnv(getenv))
+	rr, rm := replicate.Describe(replicate.ConfigFromEnv(getenv))
+	all := []described{
+		{provider.KindFake, provider.DefaultName, provider.ContractTable(), provider.DefaultModels},
+		{provider.KindWorkersAI, workersai.Name, wr, wm},
+		{provider.KindReplicate, replicate.Name, rr, rm},
+	}
+	var out []ContractLine
+	for _, d := range all {
+		for _, r := range d.rows {
+			model := d.models[r.Op]
+			if model == "" {
+				model = "-"
+			}
+			out = append(out, ContractLine{Kind: d.kind, Provider: d.name, Op: r.Op, Model: model, Contract: r.Contract,
+				Routed: r.Op != provider.OpOther && routing[r.Op] == d.kind, Why: r.Why})
+		}
+	}
+	return out, nil
+}

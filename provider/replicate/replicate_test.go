@@ -1,0 +1,516 @@
+package replicate_test
+
+// The httptest server below reproduces Replicate's HTTP API for predictions
+// as published in its reference (no test calls the internet):
+// https://replicate.com/docs/reference/http (predictions.create,
+// predictions.get; also https://sdks.replicate.com/resources/predictions):
+//   - POST /v1/models/{owner}/{name}/predictions {"input":{…}} (official
+//     models) or POST /v1/predictions {"version":…,"input":{…}}, with
+//     Authorization: Bearer <token>, answers 201 with the prediction object
+//     {"id","model","version","input","logs","output","error","status",
+//     "created_at","urls":{"cancel","get"}}, status "starting";
+//   - GET /v1/predictions/{id} answers the same object; status is one of
+//     starting, processing, succeeded, failed, canceled; output holds HTTPS
+//     URLs of files (a string, or a list for flux-schnell), which are
+//     deleted about an hour after the prediction ends (data_removed: true);
+//   - errors are JSON {"title","detail","status"} (e.g. 401 "Unauthenticated",
+//     422 "Input validation failed", 429 "Request was throttled. Expected
+//     available in N seconds." with Retry-After).
+// The example prediction id and fields are those of the reference's
+// hello-world example, with model and output changed.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"edgepipe/pipeline"
+	"edgepipe/provider"
+	"edgepipe/provider/replicate"
+)
+
+const token = "r8_testtoken123"
+
+// fakeReplicate serves predictions whose statuses follow a script.
+type fakeReplicate struct {
+	t   *testing.T
+	srv *httptest.Server
+	// script is the status each successive GET returns; the last repeats.
+	script []string
+	// output is the prediction's output value when succeeded (JSON);
+	// empty = a URL to /delivery/out on this server.
+	output string
+	// createHandler, when set, answers the create instead.
+	createHandler func(w http.ResponseWriter)
+	// deliveryStatus answers downloads (0 = 200 with the file).
+	deliveryStatus int
+	deliveryType   string
+	dataRemoved    bool
+
+	mu           sync.Mutex
+	creates      []string // bodies
+	createPath   string
+	polls        int
+	deliveries   int
+	deliveryAuth string
+	preferWait   bool
+	cancels      int
+}
+
+func newFake(t *testing.T) *fakeReplicate {
+	f := &fakeReplicate{t: t, script: []string{"succeeded"}, deliveryType: "video/mp4"}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func writeJSON(w http.ResponseWriter, status int, body string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, body)
+}
+
+const predID = "gm3qorzdhgbfurvjtvhg6dckhu"
+
+func (f *fakeReplicate) prediction(status string) string {
+	output := "null"
+	if status == "succeeded" && !f.dataRemoved {
+		output = f.output
+		if output == "" {
+			output = `"` + f.srv.URL + `/delivery/xezq/out.mp4"`
+		}
+	}
+	errField := "null"
+	if status == "failed" {
+		errField = `"CUDA out of memory"`
+	}
+	return fmt.Sprintf(`{"id":%q,"model":"minimax/video-01","version":"5c7d5dc6dd8bf75c1acaa8565735e7986bc5b66206b55cca93cb72c9bf15ccaa",`+
+		`"input":{"prompt":"x"},"logs":"","output":%s,"error":%s,"status":%q,"created_at":"2023-09-08T16:19:34.765994Z",`+
+		`"data_removed":%t,"urls":{"cancel":"%s/v1/predictions/%s/cancel","get":"%s/v1/predictions/%s"}}`,
+		predID, output, errField, status, f.dataRemoved, f.srv.URL, predID, f.srv.URL, predID)
+}
+
+func (f *fakeReplicate) serve(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/delivery/") {
+		f.mu.Lock()
+		f.deliveries++
+		f.deliveryAuth = r.Header.Get("Authorization")
+		st, ct := f.deliveryStatus, f.deliveryType
+		f.mu.Unlock()
+		if st != 0 {
+			w.WriteHeader(st)
+			return
+		}
+		w.Header().Set("Content-Type", ct)
+		_, _ = io.WriteString(w, "FILE-BYTES")
+		return
+	}
+	if r.Header.Get("Authorization") != "Bearer "+token {
+		writeJSON(w, 401, `{"title":"Unauthenticated","detail":"You did not pass a valid authentication token","status":401}`)
+		return
+	}
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/predictions/"+predID+"/cancel":
+		f.mu.Lock()
+		f.cancels++
+		f.mu.Unlock()
+		writeJSON(w, 200, f.prediction("canceled"))
+	case r.Method == http.MethodPost && (strings.HasSuffix(r.URL.Path, "/predictions")):
+		b, _ := io.ReadAll(r.Body)
+		f.mu.Lock()
+		f.creates = append(f.creates, string(b))
+		f.createPath = r.URL.Path
+		f.preferWait = f.preferWait || r.Header.Get("Prefer") != ""
+		h := f.createHandler
+		f.mu.Unlock()
+		if h != nil {
+			h(w)
+			return
+		}
+		writeJSON(w, 201, f.prediction("starting"))
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/predictions/"+predID:
+		f.mu.Lock()
+		i := min(f.polls, len(f.script)-1)
+		f.polls++
+		st := f.script[i]
+		f.mu.Unlock()
+		if st == "500" {
+			writeJSON(w, 500, `{"title":"Internal Server Error","detail":"","status":500}`)
+			return
+		}
+		writeJSON(w, 200, f.prediction(st))
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/predictions/"):
+		writeJSON(w, 404, `{"title":"Not found","detail":"The requested resource could not be found.","status":404}`)
+	default:
+		writeJSON(w, 404, `{"title":"Not found","detail":"","status":404}`)
+	}
+}
+
+func (f *fakeReplicate) createCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.creates)
+}
+
+func newAdapter(t *testing.T, base string, mod ...func(*replicate.Config)) *replicate.Adapter {
+	t.Helper()
+	cfg := replicate.Config{BaseURL: base, APIToken: token, Timeout: 2 * time.Second, PollInterval: 5 * time.Millisecond, SyncWait: 2 * time.Second}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	a, err := replicate.New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	return a
+}
+
+func asCallError(t *testing.T, err error) *pipeline.CallError {
+	t.Helper()
+	var ce *pipeline.CallError
+	if !errors.As(err, &ce) {
+		t.Fatalf("err = %v, want a CallError", err)
+	}
+	return ce
+}
+
+// TestVideoTakesSeveralPolls: submit once, poll through starting and
+// processing, fetch the output once it succeeded.
+func TestVideoTakesSeveralPolls(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	f.script = []string{"starting", "processing", "processing", "succeeded"}
+	a := newAdapter(t, f.srv.URL)
+	ctx := context.Background()
+	id, err := a.SubmitVideo(ctx, pipeline.CallMeta{UnitID: "j/0"}, pipeline.VideoRequest{Prompt: "a fox runs", DurationMS: 4000, Width: 1280, Height: 720})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id != predID {
+		t.Fatalf("id %q", id)
+	}
+	if f.createPath != "/v1/models/minimax/video-01/predictions" || f.creates[0] != `{"input":{"prompt":"a fox runs"}}` {
+		t.Errorf("create %s %s", f.createPath, f.creates[0])
+	}
+	if f.preferWait {
+		t.Error("create sent a Prefer header: a dropped wait would lose the prediction id")
+	}
+	var states []pipeline.VideoState
+	for range 4 {
+		st, err := a.VideoStatus(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		states = append(states, st)
+	}
+	for i, st := range states[:3] {
+		if st.Done || st.Failed {
+			t.Errorf("poll %d: %+v, want pending", i, st)
+		}
+	}
+	if !states[3].Done {
+		t.Fatalf("last poll %+v, want done", states[3])
+	}
+	m, err := a.FetchVideo(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(m.Body)
+	m.Body.Close()
+	if string(b) != "FILE-BYTES" || m.ContentType != "video/mp4" {
+		t.Errorf("fetched %q %s", b, m.ContentType)
+	}
+	if f.deliveryAuth != "Bearer "+token {
+		t.Errorf("download on the API host without the token: %q", f.deliveryAuth)
+	}
+	if f.createCount() != 1 {
+		t.Errorf("%d creates, want 1", f.createCount())
+	}
+}
+
+func TestVideoFailedAndCanceled(t *testing.T) {
+	t.Parallel()
+	for status, code := range map[string]string{"failed": provider.CodeGenerationFailed, "canceled": provider.CodeJobCanceled} {
+		f := newFake(t)
+		f.script = []string{"processing", status}
+		a := newAdapter(t, f.srv.URL)
+		ctx := context.Background()
+		if st, err := a.VideoStatus(ctx, predID); err != nil || st.Done || st.Failed {
+			t.Fatalf("%s: first poll %+v %v", status, st, err)
+		}
+		st, err := a.VideoStatus(ctx, predID)
+		if err != nil || !st.Failed || st.Code != code {
+			t.Errorf("%s: %+v %v, want failed %s", status, st, err, code)
+		}
+		_, err = a.FetchVideo(ctx, predID)
+		if ce := asCallError(t, err); ce.Outcome != pipeline.OutcomeFailed || ce.Code != provider.CodeJobFailed {
+			t.Errorf("%s: fetch %s %s", status, ce.Outcome, ce.Code)
+		}
+	}
+}
+
+// TestExpiredOutput: Replicate deletes outputs about an hour after the
+// prediction ended. A download answered 404/410, or a prediction whose data
+// was removed, is a clear failed outcome with CodeOutputExpired, not a
+// transient read failure.
+func TestExpiredOutput(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		setup   func(f *fakeReplicate)
+		fetches int
+	}{
+		{"404", func(f *fakeReplicate) { f.deliveryStatus = 404 }, 1},
+		{"410", func(f *fakeReplicate) { f.deliveryStatus = 410 }, 1},
+		{"data removed", func(f *fakeReplicate) { f.dataRemoved = true }, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t)
+			tc.setup(f)
+			a := newAdapter(t, f.srv.URL)
+			_, err := a.FetchVideo(context.Background(), predID)
+			ce := asCallError(t, err)
+			if ce.Outcome != pipeline.OutcomeFailed || ce.Code != provider.CodeOutputExpired || ce.Op != provider.OpVideoFetch {
+				t.Errorf("got %s %s %s, want video_fetch failed %s", ce.Op, ce.Outcome, ce.Code, provider.CodeOutputExpired)
+			}
+			if f.deliveries != tc.fetches {
+				t.Errorf("%d downloads, want %d", f.deliveries, tc.fetches)
+			}
+		})
+	}
+}
+
+func TestFetchBeforeDoneAndPollFailures(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	f.script = []string{"processing", "500"}
+	a := newAdapter(t, f.srv.URL)
+	_, err := a.FetchVideo(context.Background(), predID)
+	if ce := asCallError(t, err); ce.Outcome != pipeline.OutcomeNotSent || ce.Code != provider.CodeVideoNotReady {
+		t.Errorf("fetch early: %s %s", ce.Outcome, ce.Code)
+	}
+	_, err = a.VideoStatus(context.Background(), predID)
+	if ce := asCallError(t, err); ce.Outcome != pipeline.OutcomeNotSent || ce.Code != provider.CodePollFailed {
+		t.Errorf("poll 500: %s %s", ce.Outcome, ce.Code)
+	}
+	_, err = a.VideoStatus(context.Background(), "nope")
+	if ce := asCallError(t, err); ce.Outcome != pipeline.OutcomeRejected || ce.Code != provider.CodeJobNotFound {
+		t.Errorf("unknown id: %s %s", ce.Outcome, ce.Code)
+	}
+	_, err = a.VideoStatus(context.Background(), "../x")
+	if ce := asCallError(t, err); ce.Code != provider.CodeInvalidCall {
+		t.Errorf("bad id: %s", ce.Code)
+	}
+}
+
+// TestCreateFailuresAreClassified: every failure of the billable create,
+// each with exactly one request reaching the server.
+func TestCreateFailuresAreClassified(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		h          func(w http.ResponseWriter)
+		outcome    pipeline.CallOutcome
+		code       string
+		retryAfter time.Duration
+	}{
+		{"422 input", func(w http.ResponseWriter) {
+			writeJSON(w, 422, `{"title":"Input validation failed","detail":"- input: prompt is required","status":422,"invalid_fields":[{"type":"required","field":"input","description":"prompt is required"}]}`)
+		}, pipeline.OutcomeRejected, provider.CodeRejectedInput, 0},
+		{"402 billing", func(w http.ResponseWriter) {
+			writeJSON(w, 402, `{"title":"Insufficient credit","detail":"You have insufficient credit to run this model.","status":402}`)
+		}, pipeline.OutcomeRejected, provider.CodeRejected, 0},
+		{"404 model", func(w http.ResponseWriter) {
+			writeJSON(w, 404, `{"title":"Not found","detail":"The requested resource could not be found.","status":404}`)
+		}, pipeline.OutcomeRejected, provider.CodeNotFound, 0},
+		{"429", func(w http.ResponseWriter) {
+			w.Header().Set("Retry-After", "3")
+			writeJSON(w, 429, `{"detail":"Request was throttled. Expected available in 3 seconds.","status":429}`)
+		}, pipeline.OutcomeRateLimited, provider.CodeRateLimited, 3 * time.Second},
+		{"500", func(w http.ResponseWriter) {
+			writeJSON(w, 500, `{"title":"Internal Server Error","detail":"","status":500}`)
+		}, pipeline.OutcomeUnknown, provider.CodeServerError, 0},
+		{"201 without id", func(w http.ResponseWriter) {
+			writeJSON(w, 201, `{"status":"starting"}`)
+		}, pipeline.OutcomeUnknown, provider.CodeBadResponse, 0},
+		{"dropped after sending", func(w http.ResponseWriter) {
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close()
+			}
+		}, pipeline.OutcomeUnknown, provider.CodeConnectionLost, 0},
+		{"timeout", func(w http.ResponseWriter) { time.Sleep(1500 * time.Millisecond) }, pipeline.OutcomeUnknown, provider.CodeTimeout, 0},
+	} {
+		for _, op := range []string{pipeline.OpVideoSubmit, pipeline.OpImage} {
+			t.Run(op+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				f := newFake(t)
+				f.createHandler = tc.h
+				a := newAdapter(t, f.srv.URL, func(c *replicate.Config) { c.Timeout = 500 * time.Millisecond })
+				var err error
+				if op == pipeline.OpImage {
+					_, err = a.GenerateImage(context.Background(), pipeline.CallMeta{UnitID: "j/0"}, pipeline.ImageRequest{Prompt: "p"})
+				} else {
+					_, err = a.SubmitVideo(context.Background(), pipeline.CallMeta{UnitID: "j/0"}, pipeline.VideoRequest{Prompt: "p"})
+				}
+				ce := asCallError(t, err)
+				if ce.Op != op || ce.Outcome != tc.outcome || ce.Code != tc.code || ce.RetryAfter != tc.retryAfter {
+					t.Errorf("got %s %s %s %s, want %s %s %s", ce.Op, ce.Outcome, ce.Code, ce.RetryAfter, tc.outcome, tc.code, tc.retryAfter)
+				}
+				if strings.Contains(err.Error(), token) {
+					t.Error("error carries the token")
+				}
+				if n := f.createCount(); n != 1 {
+					t.Errorf("%d creates reached the server, want exactly 1", n)
+				}
+			})
+		}
+	}
+}
+
+// TestImageRunsToTheEndInOneCall: the sync path creates once, polls, and
+// downloads the PNG.
+func TestImageRunsToTheEndInOneCall(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	f.script = []string{"processing", "processing", "succeeded"}
+	f.deliveryType = "image/png"
+	f.output = "" // set below, needs the server URL
+	f.output = `["` + f.srv.URL + `/delivery/xezq/out-0.png"]`
+	a := newAdapter(t, f.srv.URL)
+	m, err := a.GenerateImage(context.Background(), pipeline.CallMeta{UnitID: "j/0"}, pipeline.ImageRequest{Prompt: "a fox", Width: 1280, Height: 720})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(m.Body)
+	m.Body.Close()
+	if string(b) != "FILE-BYTES" || m.ContentType != "image/png" {
+		t.Errorf("got %q %s", b, m.ContentType)
+	}
+	if f.createPath != "/v1/models/black-forest-labs/flux-schnell/predictions" ||
+		f.creates[0] != `{"input":{"aspect_ratio":"16:9","num_outputs":1,"output_format":"png","prompt":"a fox"}}` {
+		t.Errorf("create %s %s", f.createPath, f.creates[0])
+	}
+	if f.polls != 3 || f.createCount() != 1 {
+		t.Errorf("%d polls %d creates", f.polls, f.createCount())
+	}
+}
+
+// TestImageFailuresAfterCreateAreNeverNotSent: once the prediction exists
+// it bills; whatever happens next must not look like a call the pipeline
+// may simply repeat.
+func TestImageFailuresAfterCreateAreNeverNotSent(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		setup   func(f *fakeReplicate)
+		outcome pipeline.CallOutcome
+		code    string
+	}{
+		{"prediction failed", func(f *fakeReplicate) { f.script = []string{"processing", "failed"} }, pipeline.OutcomeFailed, provider.CodeGenerationFailed},
+		{"polls keep failing", func(f *fakeReplicate) { f.script = []string{"500"} }, pipeline.OutcomeUnknown, provider.CodePollFailed},
+		{"output expired", func(f *fakeReplicate) { f.deliveryStatus = 410 }, pipeline.OutcomeFailed, provider.CodeOutputExpired},
+		{"download 500", func(f *fakeReplicate) { f.deliveryStatus = 500 }, pipeline.OutcomeUnknown, provider.CodeConnectionLost},
+		{"never finishes", func(f *fakeReplicate) { f.script = []string{"processing"} }, pipeline.OutcomeUnknown, provider.CodeTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t)
+			f.deliveryType = "image/png"
+			tc.setup(f)
+			a := newAdapter(t, f.srv.URL, func(c *replicate.Config) { c.SyncWait = 300 * time.Millisecond })
+			_, err := a.GenerateImage(context.Background(), pipeline.CallMeta{UnitID: "j/0"}, pipeline.ImageRequest{Prompt: "p"})
+			ce := asCallError(t, err)
+			if ce.Op != pipeline.OpImage || ce.Outcome != tc.outcome || ce.Code != tc.code {
+				t.Errorf("got %s %s %s, want image %s %s", ce.Op, ce.Outcome, ce.Code, tc.outcome, tc.code)
+			}
+			if !strings.Contains(err.Error(), predID) {
+				t.Errorf("error does not name the prediction for an operator: %v", err)
+			}
+			if f.createCount() != 1 {
+				t.Errorf("%d creates", f.createCount())
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if wantCancel := tc.code == provider.CodeTimeout; (f.cancels == 1) != wantCancel {
+				t.Errorf("%d cancels, want %d", f.cancels, map[bool]int{true: 1}[wantCancel])
+			}
+		})
+	}
+}
+
+func TestVersionedModelAndTokenScope(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	var foreignAuth atomic.Value
+	foreignAuth.Store("unset")
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		foreignAuth.Store(r.Header.Get("Authorization"))
+		w.Header().Set("Content-Type", "audio/wav")
+		_, _ = io.WriteString(w, "RIFF")
+	}))
+	t.Cleanup(other.Close)
+	f.output = `"` + other.URL + `/speech.wav"`
+	const version = "5c7d5dc6dd8bf75c1acaa8565735e7986bc5b66206b55cca93cb72c9bf15ccaa"
+	a := newAdapter(t, f.srv.URL, func(c *replicate.Config) {
+		c.Models = map[string]string{pipeline.OpSpeech: "jaaari/kokoro-82m:" + version}
+	})
+	if a.Contract(pipeline.OpSpeech) != pipeline.ContractSync {
+		t.Errorf("speech contract %s", a.Contract(pipeline.OpSpeech))
+	}
+	m, err := a.Synthesize(context.Background(), pipeline.CallMeta{UnitID: "j/0"}, pipeline.SpeechRequest{Text: "hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Body.Close()
+	if f.createPath != "/v1/predictions" || f.creates[0] != `{"input":{"text":"hello"},"version":"`+version+`"}` {
+		t.Errorf("create %s %s", f.createPath, f.creates[0])
+	}
+	if got := foreignAuth.Load().(string); got != "" {
+		t.Errorf("token sent to a foreign output host: %q", got)
+	}
+}
+
+func TestContractsAndConfig(t *testing.T) {
+	t.Parallel()
+	a := newAdapter(t, "http://127.0.0.1:1")
+	for op, want := range map[string]pipeline.Contract{
+		pipeline.OpImage: pipeline.ContractSync, pipeline.OpSpeech: pipeline.ContractFailClosed,
+		pipeline.OpVideoSubmit: pipeline.ContractAsyncPollable, "*": pipeline.ContractFailClosed, "x": pipeline.ContractFailClosed,
+	} {
+		if got := a.Contract(op); got != want {
+			t.Errorf("Contract(%s) = %s, want %s", op, got, want)
+		}
+	}
+	_, err := a.Synthesize(context.Background(), pipeline.CallMeta{UnitID: "j/0"}, pipeline.SpeechRequest{Text: "x"})
+	if ce := asCallError(t, err); ce.Outcome != pipeline.OutcomeRejected || ce.Code != provider.CodeUnsupportedOperation {
+		t.Errorf("speech without a model: %s %s", ce.Outcome, ce.Code)
+	}
+	env := map[string]string{replicate.EnvAPIToken: token, replicate.EnvModelVideo: "wan-video/wan-2.1-t2v-480p"}
+	b, err := replicate.New(replicate.ConfigFromEnv(func(k string) string { return env[k] }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Model(pipeline.OpVideoSubmit) != "wan-video/wan-2.1-t2v-480p" || b.Model(pipeline.OpImage) != "black-forest-labs/flux-schnell" {
+		t.Errorf("models %q %q", b.Model(pipeline.OpVideoSubmit), b.Model(pipeline.OpImage))
+	}
+	for name, c := range map[string]replicate.Config{
+		"no token":  {},
+		"bad base":  {APIToken: token, BaseURL: "api.replicate.com"},
+		"bad model": {APIToken: token, Models: map[string]string{pipeline.OpImage: "flux"}},
+		"bad op":    {APIToken: token, Models: map[string]string{"music": "a/b"}},
+	} {
+		if _, err := replicate.New(c); !errors.Is(err, pipeline.ErrInvalidInput) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
