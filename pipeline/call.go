@@ -45,8 +45,9 @@ func (u *unitRun) beginCall(ctx context.Context, op string, contract Contract) (
 	if err := checkCancel(ctx, u.d.Store, u.a.job.ID); err != nil {
 		return nil, err
 	}
-	id, err := u.d.Store.RecordIntent(ctx, u.a.lease, ProviderCall{Scene: u.unit.Scene, Op: op, Provider: u.d.Providers.Name(),
-		Contract: contract, IdempotencyKey: meta.IdempotencyKey})
+	p := u.d.Providers
+	id, err := u.d.Store.RecordIntent(ctx, u.a.lease, ProviderCall{Scene: u.unit.Scene, Op: op, Provider: ProviderName(p, op),
+		Model: p.Model(op), Contract: contract, IdempotencyKey: meta.IdempotencyKey})
 	if err != nil {
 		return nil, storeErr(err)
 	}

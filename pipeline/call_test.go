@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -182,5 +183,109 @@ func TestPanicIsRecoveredIntoAClassifiedFailure(t *testing.T) {
 				t.Fatal("no attempt_panicked event")
 			}
 		})
+	}
+}
+
+// opNamed routes image to a provider of its own name (as provider.Routed
+// does for EDGEPIPE_PROVIDER_IMAGE).
+type opNamed struct{ pipeline.Providers }
+
+func (p *opNamed) setInner(in pipeline.Providers) { p.Providers = in }
+
+func (p *opNamed) ProviderName(op string) string {
+	if op == pipeline.OpImage {
+		return "imagehouse"
+	}
+	return ""
+}
+
+// Intent rows name the provider that serves the operation and the model
+// asked for; object keys follow the operation's own provider.
+func TestIntentRowsNameProviderAndModelPerOperation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers { return &opNamed{} }))
+	const id = "v1-named"
+	h.submit(id, board(img("a kiln", "the kiln glows", 600)))
+	h.drain(5)
+	if j := h.job(id); j.Status != pipeline.StatusSucceeded {
+		t.Fatalf("job %s (%s)", j.Status, j.LastErrorCode)
+	}
+	for op, want := range map[string]string{pipeline.OpImage: "imagehouse", pipeline.OpSpeech: h.prov.Name()} {
+		calls, err := h.store.ProviderCalls(ctx, id, 0, op)
+		if err != nil || len(calls) != 1 {
+			t.Fatalf("%s calls %+v %v", op, calls, err)
+		}
+		if calls[0].Provider != want || calls[0].Model != h.prov.Model(op) || calls[0].Model == "" {
+			t.Errorf("%s intent row provider %q model %q; want %q and %q", op, calls[0].Provider, calls[0].Model, want, h.prov.Model(op))
+		}
+	}
+	units, err := h.store.Units(ctx, id)
+	if err != nil || len(units) != 1 {
+		t.Fatal(err)
+	}
+	sb, _ := board(img("a kiln", "the kiln glows", 600)).Normalize()
+	w, hh := sb.Options.Size()
+	want := pipeline.ArtifactKey("acme", "v1", "imagehouse", h.prov.Model(pipeline.OpImage), pipeline.OpImage,
+		fmt.Sprintf("%dx%d", w, hh), "a kiln", "png")
+	if got := units[0].Artifacts[pipeline.ArtifactImage]; got != want {
+		t.Errorf("image key %s, want %s (named after the image's own provider)", got, want)
+	}
+}
+
+// expireFirstOutput answers the first download of a finished video the
+// way Replicate does once it deleted the output.
+type expireFirstOutput struct {
+	pipeline.Providers
+	mu      sync.Mutex
+	expired bool
+	submits int
+}
+
+func (p *expireFirstOutput) setInner(in pipeline.Providers) { p.Providers = in }
+
+func (p *expireFirstOutput) SubmitVideo(ctx context.Context, m pipeline.CallMeta, r pipeline.VideoRequest) (string, error) {
+	p.mu.Lock()
+	p.submits++
+	p.mu.Unlock()
+	return p.Providers.SubmitVideo(ctx, m, r)
+}
+
+func (p *expireFirstOutput) FetchVideo(ctx context.Context, ext string) (pipeline.Media, error) {
+	p.mu.Lock()
+	first := !p.expired
+	p.expired = true
+	p.mu.Unlock()
+	if first {
+		return pipeline.Media{}, &pipeline.CallError{Op: pipeline.OpVideoSubmit, Outcome: pipeline.OutcomeFailed, HTTPStatus: 404, Code: "provider_output_expired"}
+	}
+	return p.Providers.FetchVideo(ctx, ext)
+}
+
+// A finished video whose output the provider already deleted cannot be
+// fetched by retrying: the job goes to review, and an operator's retry pays
+// for exactly one more.
+func TestExpiredVideoOutputGoesToReview(t *testing.T) {
+	t.Parallel()
+	if !haveFFmpeg() {
+		t.Skip("the fake provider renders videos with ffmpeg")
+	}
+	prov := &expireFirstOutput{}
+	h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers { return prov }))
+	const id = "v1-expired"
+	h.submit(id, board(vid("a glacier", "", 600)))
+	h.drain(5)
+	if j := h.job(id); j.Status != pipeline.StatusNeedsReview || j.LastErrorCode != "provider_output_expired" {
+		t.Fatalf("job %s (%s), want needs_review provider_output_expired", j.Status, j.LastErrorCode)
+	}
+	if _, err := h.store.Decide(context.Background(), id, pipeline.DecisionRetry, "op"); err != nil {
+		t.Fatal(err)
+	}
+	h.drain(5)
+	if j := h.job(id); j.Status != pipeline.StatusSucceeded {
+		t.Fatalf("after the retry: %s (%s)", j.Status, j.LastErrorCode)
+	}
+	if prov.submits != 2 {
+		t.Fatalf("%d submissions, want 2", prov.submits)
 	}
 }

@@ -125,13 +125,13 @@ func (u *unitRun) key(name string) (key, op, contentType string) {
 	w, h = u.a.board.Options.Size()
 	switch name {
 	case ArtifactImage:
-		return ArtifactKey(u.a.job.Tenant, u.a.workflow.Version, p.Name(), p.Model(OpImage), OpImage,
+		return ArtifactKey(u.a.job.Tenant, u.a.workflow.Version, ProviderName(p, OpImage), p.Model(OpImage), OpImage,
 			fmt.Sprintf("%dx%d", w, h), u.scene.ImagePrompt, "png"), OpImage, "image/png"
 	case ArtifactSpeech:
-		return ArtifactKey(u.a.job.Tenant, u.a.workflow.Version, p.Name(), p.Model(OpSpeech), OpSpeech,
+		return ArtifactKey(u.a.job.Tenant, u.a.workflow.Version, ProviderName(p, OpSpeech), p.Model(OpSpeech), OpSpeech,
 			speechVoice+"/"+strconv.Itoa(speechSampleRate), u.scene.Narration, "wav"), OpSpeech, "audio/wav"
 	default:
-		return ArtifactKey(u.a.job.Tenant, u.a.workflow.Version, p.Name(), p.Model(OpVideoSubmit), OpVideoSubmit,
+		return ArtifactKey(u.a.job.Tenant, u.a.workflow.Version, ProviderName(p, OpVideoSubmit), p.Model(OpVideoSubmit), OpVideoSubmit,
 			fmt.Sprintf("%dx%d@%d/%dms", w, h, u.a.board.Options.FPS, u.scene.DurationMS), u.scene.VideoPrompt, "mp4"), OpVideoSubmit, "video/mp4"
 	}
 }
@@ -352,6 +352,16 @@ func (u *unitRun) submitVideo(ctx context.Context, contract Contract) (string, i
 // fetchVideo downloads a finished video straight into its staging key.
 func (u *unitRun) fetchVideo(ctx context.Context, ext string, callID int64) (*answer, error) {
 	m, err := u.d.Providers.FetchVideo(ctx, ext)
+	var ce *CallError
+	if err != nil && ctx.Err() == nil && errors.As(err, &ce) && ce.Outcome == OutcomeFailed {
+		// The provider no longer has the output (it deletes outputs after a
+		// while): it can only be had by paying for another. The unit is
+		// marked failed, so an operator's retry waives this submission.
+		if uerr := u.d.Store.UpdateUnit(ctx, u.a.lease, u.unit.Scene, UnitUpdate{Status: UnitFailed}); uerr != nil {
+			return nil, storeErr(uerr)
+		}
+		return nil, &ClassifiedError{Class: ClassAmbiguous, Code: ce.Code, Message: "the video provider no longer has the finished video; an operator must decide whether to pay for another", Cause: err}
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

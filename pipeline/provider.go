@@ -122,6 +122,25 @@ type CallMeta struct {
 // Providers is the only door to external generation services. The execute
 // stage gets one; apply and finalize get none (their dependency structs have
 // no field of this type, which a test checks).
+// OpNamer is implemented by a Providers that routes operations to
+// different providers (provider.Routed): the name of op's own provider goes
+// into op's object keys and intent rows, so changing one operation's
+// provider does not change another's keys.
+type OpNamer interface {
+	ProviderName(op string) string
+}
+
+// ProviderName is the name of the provider serving op: OpNamer's answer
+// when p routes per operation, p.Name() otherwise.
+func ProviderName(p Providers, op string) string {
+	if n, ok := p.(OpNamer); ok {
+		if name := n.ProviderName(op); name != "" {
+			return name
+		}
+	}
+	return p.Name()
+}
+
 type Providers interface {
 	// Name identifies the provider set (for the intent log).
 	Name() string

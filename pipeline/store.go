@@ -159,6 +159,7 @@ type ProviderCall struct {
 	Scene          int
 	Op             string
 	Provider       string
+	Model          string // the model asked for (provider-specific)
 	Contract       Contract
 	IdempotencyKey string
 	AttemptID      string

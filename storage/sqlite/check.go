@@ -116,7 +116,7 @@ func (s *Store) WaivedCalls(ctx context.Context) (map[string]map[string]int, err
 // them. Jobs still in flight are left out: their answer may be on its way
 // to the store.
 const qUnkeptAnswers = `SELECT ` + "c.id, c.job_id, c.scene_index, c.operation, c.provider, c.contract, c.idempotency_key, c.attempt_id, c.status, " +
-	"c.external_job_id, c.http_status, c.error_code, c.intended_at, c.finished_at, c.staged_key" + `
+	"c.external_job_id, c.http_status, c.error_code, c.intended_at, c.finished_at, c.staged_key, c.model" + `
 	FROM provider_calls c JOIN jobs j ON j.id = c.job_id
 	WHERE c.status = 'succeeded'
 	  AND j.status IN ('succeeded','needs_review','dead_lettered')

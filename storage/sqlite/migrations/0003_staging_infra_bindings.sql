@@ -6,6 +6,10 @@
 -- it, so any later attempt on any machine reuses it instead of paying again.
 ALTER TABLE provider_calls ADD COLUMN staged_key TEXT NOT NULL DEFAULT '';
 
+-- The model each call asked for: providers are chosen per operation, and a
+-- bill is audited against the model that made it.
+ALTER TABLE provider_calls ADD COLUMN model TEXT NOT NULL DEFAULT '';
+
 -- Failures of edgepipe's own infrastructure (object store, database, local
 -- disk) do not use up the job's attempts: infra_failures counts the attempts
 -- that ended that way (subtracted from attempts before the retry limit is
