@@ -43,7 +43,8 @@ var (
 	ErrInvalidTransition = errors.New("job status does not allow this")
 	ErrVersionUnbound    = errors.New("workflow version not bound")
 	ErrInstanceIDTaken   = errors.New("instance id already in use")
-	// ErrResultNotReady: the job has no result (yet).
+	// ErrResultNotReady: the job has no result (yet); it matches
+	// ErrConflict too.
 	ErrResultNotReady = errors.New("no result yet")
 	// ErrTooLarge: the request body exceeds the server's limit (413).
 	ErrTooLarge = errors.New("request too large")
@@ -71,7 +72,7 @@ var codeSentinels = map[string][]error{
 	"instance_id_taken":       {ErrInstanceIDTaken, ErrConflict},
 	"already_exists":          {ErrConflict},
 	"lease_lost":              {ErrConflict},
-	"result_not_ready":        {ErrResultNotReady},
+	"result_not_ready":        {ErrResultNotReady, ErrConflict},
 	"payload_too_large":       {ErrTooLarge},
 	"unavailable":             {ErrUnavailable},
 	"internal_error":          {ErrServer},

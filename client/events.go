@@ -138,15 +138,19 @@ func (c *Client) Follow(ctx context.Context, id string, o FollowOptions) (Job, e
 		// Whether the stream ended at a settled event or not (the server
 		// restarted, a proxy cut it, or the job settled before we
 		// connected and nothing was left after our cursor), the job
-		// resource has the last word.
+		// resource has the last word. A settled job is returned once its
+		// history has been read to the end: the stream brought the
+		// settling event, or ended cleanly with nothing more to say.
+		// Otherwise (it broke half-way through a finished job's history)
+		// the rest is fetched, so OnEvent sees the whole story.
 		j, gerr := c.Get(ctx, id)
 		switch {
 		case gerr == nil:
 			job = j
-			if j.Status.Settled() {
+			if j.Status.Settled() && (settled || err == nil && !got) {
 				return j, nil
 			}
-			if o.OnJob != nil {
+			if !j.Status.Settled() && o.OnJob != nil {
 				o.OnJob(j)
 			}
 		case settled || errors.As(gerr, &ae) && !ae.Temporary():

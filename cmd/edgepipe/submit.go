@@ -437,4 +437,3 @@ func (e *jobError) Error() string {
 	}
 	return b.String()
 }
-
