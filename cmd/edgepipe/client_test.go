@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -307,11 +309,23 @@ func TestTokenResolution(t *testing.T) {
 
 // realAPI serves the real API over a SQLite store with no workers: jobs
 // stay where the API put them.
-func realAPI(t *testing.T) *httptest.Server {
+func realAPI(t *testing.T) *httptest.Server { return realAPIEnv(t).srv }
+
+// apiEnv is the real API with its store and clock, for tests that move
+// jobs the way a worker would.
+type apiEnv struct {
+	srv     *httptest.Server
+	store   *sqlite.Store
+	objects *fs.Store
+	clock   *pipeline.ManualClock
+}
+
+func realAPIEnv(t *testing.T) *apiEnv {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "edgepipe.db")})
+	clock := pipeline.NewManualClock(t0)
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "edgepipe.db"), Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,14 +338,60 @@ func realAPI(t *testing.T) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.New(api.Config{Store: st, Objects: objs, Router: router,
+	srv, err := api.New(api.Config{Store: st, Objects: objs, Router: router, Clock: clock,
 		Tokens: map[string]string{testToken: "acme"}, AdminToken: testAdminToken, SSEPoll: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() { srv.CloseStreams(); hs.Close() })
-	return hs
+	return &apiEnv{srv: hs, store: st, objects: objs, clock: clock}
+}
+
+// claim takes the next v1 job like a worker does.
+func (e *apiEnv) claim(t *testing.T) pipeline.Claimed {
+	t.Helper()
+	cs, _, err := e.store.Fetch(context.Background(), "render-v1", "test-worker", 1, time.Minute)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("fetch: %v %v", cs, err)
+	}
+	return cs[0]
+}
+
+// finish ends a claimed job with an outcome.
+func (e *apiEnv) finish(t *testing.T, c pipeline.Claimed, o pipeline.Outcome) {
+	t.Helper()
+	if err := e.store.Finish(context.Background(), c.Lease, o); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// toReview parks a claimed job for an operator, as an ambiguous provider
+// failure does.
+func (e *apiEnv) toReview(t *testing.T, c pipeline.Claimed) {
+	t.Helper()
+	e.finish(t, c, pipeline.Outcome{Status: pipeline.StatusNeedsReview, RequiresAction: true, ErrorClass: pipeline.ClassAmbiguous,
+		ErrorCode: "provider_timeout", ErrorMessage: "the speech provider did not answer; it may have billed"})
+}
+
+// succeed stores content as a claimed job's result and marks it succeeded.
+func (e *apiEnv) succeed(t *testing.T, c pipeline.Claimed, content []byte) {
+	t.Helper()
+	ctx := context.Background()
+	sum := sha256.Sum256(content)
+	key := "renders/" + hex.EncodeToString(sum[:8]) + ".mp4"
+	if err := e.store.ClaimObject(ctx, c.Lease, key); err != nil {
+		t.Fatal(err)
+	}
+	info, err := e.objects.Put(ctx, key, bytes.NewReader(content), pipeline.PutOptions{ContentType: "video/mp4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.CommitAsset(ctx, c.Lease, pipeline.Asset{Key: key, Kind: "render", SizeBytes: info.Size,
+		SHA256: hex.EncodeToString(sum[:]), ContentType: "video/mp4", DurationMS: 3500}); err != nil {
+		t.Fatal(err)
+	}
+	e.finish(t, c, pipeline.Outcome{Status: pipeline.StatusSucceeded, ResultKey: key})
 }
 
 // TestAgainstRealAPI runs the client commands against the real handlers,

@@ -190,6 +190,9 @@ type waitServer struct {
 	// stallAfter > 0: the first connection goes silent (no keep-alives)
 	// after this many events, like a connection a NAT forgot.
 	stallAfter int
+	// submitted, when set, is the answer to the submission, sent as a
+	// replay (Idempotent-Replayed: true).
+	submitted *api.JobResource
 
 	mu       sync.Mutex
 	conns    int
@@ -201,6 +204,11 @@ func (s *waitServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	base := "/v1/jobs/" + s.id
 	switch {
 	case r.Method == "POST" && r.URL.Path == "/v1/jobs":
+		if s.submitted != nil {
+			w.Header().Set(api.HeaderIdempotentReplayed, "true")
+			respondJSON(w, http.StatusAccepted, *s.submitted)
+			return
+		}
 		respondJSON(w, http.StatusAccepted, jobResource(s.id, pipeline.StatusPending))
 	case r.URL.Path == base+"/events":
 		s.mu.Lock()
@@ -227,11 +235,13 @@ func (s *waitServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				fmt.Fprintf(w, "id: %d\ndata: {\"id\":", m.ID)
 				return
 			}
-			sseWrite(w, m)
-			n++
+			// Recorded before it is sent: once the client has the
+			// event, the job resource must agree with it.
 			s.mu.Lock()
 			s.streamed = max(s.streamed, int(m.ID))
 			s.mu.Unlock()
+			sseWrite(w, m)
+			n++
 		}
 		if s.holdOpen {
 			<-r.Context().Done()
