@@ -189,12 +189,16 @@ func TestHelpOnEveryClientCommand(t *testing.T) {
 		{"dlq", []string{"--help"}, "Usage: edgepipe dlq list|redrive"},
 		{"dlq", []string{"list", "--help"}, "Usage: edgepipe dlq list"},
 		{"dlq", []string{"redrive", "--help"}, "Usage: edgepipe dlq redrive DEAD_LETTER_ID"},
+		{"review", []string{"--help"}, "Usage: edgepipe review list|retry|fail"},
+		{"review", []string{"list", "--help"}, "Usage: edgepipe review list"},
+		{"review", []string{"retry", "--help"}, "Usage: edgepipe review retry ID [--reason TEXT]"},
+		{"review", []string{"fail", "-h"}, "Usage: edgepipe review fail ID [--reason TEXT]"},
 	} {
 		t.Run(strings.Join(append([]string{tc.name}, tc.args...), " "), func(t *testing.T) {
 			t.Parallel()
 			tc2 := newTestCLI(t, "http://127.0.0.1:1")
 			cmds := map[string]func(context.Context, []string) error{
-				"submit": tc2.submit, "status": tc2.status, "cancel": tc2.cancel, "dlq": tc2.dlq,
+				"submit": tc2.submit, "status": tc2.status, "cancel": tc2.cancel, "dlq": tc2.dlq, "review": tc2.review,
 			}
 			err := cmds[tc.name](context.Background(), tc.args)
 			if err != nil && !errors.Is(err, flag.ErrHelp) {
