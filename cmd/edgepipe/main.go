@@ -113,6 +113,17 @@ func newFlags(name, usageLine, help string) *flag.FlagSet {
 	return fs
 }
 
+// loadConfig reads the command's EDGEPIPE_* settings; the logger writes to
+// its stderr.
+func (e *cliEnv) loadConfig() (app.Config, *slog.Logger, error) {
+	cfg, err := app.FromEnv(e.getenv, e.environ)
+	if err != nil {
+		return cfg, nil, err
+	}
+	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	return cfg, log, nil
+}
+
 // loadConfig reads EDGEPIPE_* settings.
 func loadConfig() (app.Config, *slog.Logger, error) {
 	cfg, err := app.FromEnv(os.Getenv, os.Environ())
