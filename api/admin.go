@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"html/template"
@@ -56,10 +57,10 @@ func (s *Server) adminJob(c echo.Context, j pipeline.Job) AdminJob {
 	return AdminJob{JobResource: s.resource(c, j, true), Tenant: j.Tenant, ErrorClass: j.LastErrorClass, HasResult: j.ResultKey != ""}
 }
 
-func (s *Server) deadLetter(d pipeline.DeadLetter) DeadLetter {
+func (s *Server) deadLetter(ctx context.Context, d pipeline.DeadLetter) DeadLetter {
 	return DeadLetter{ID: d.ID, JobID: d.JobID, Queue: d.Queue, Reason: d.Reason, Detail: d.Detail,
 		DeadLetteredAt: d.DeadLetteredAt, RedrivenAt: timePtr(d.RedrivenAt), RedrivenToQueue: d.RedrivenToQueue,
-		Bound: !s.cfg.Router.Route(d.JobID).DeadLetter}
+		Bound: !s.route(ctx, d.JobID).DeadLetter}
 }
 
 // adminJobs is GET /v1/admin/jobs: jobs of every tenant that need a human
@@ -168,7 +169,7 @@ func (s *Server) adminDeadLetters(c echo.Context) error {
 	}
 	out := DeadLetterList{DeadLetters: make([]DeadLetter, 0, len(dls))}
 	for _, d := range dls {
-		out.DeadLetters = append(out.DeadLetters, s.deadLetter(d))
+		out.DeadLetters = append(out.DeadLetters, s.deadLetter(c.Request().Context(), d))
 	}
 	if len(dls) == limit {
 		last := dls[len(dls)-1].ID
@@ -196,7 +197,7 @@ func (s *Server) adminRedrive(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	route := s.cfg.Router.Route(d.JobID)
+	route := s.route(ctx, d.JobID)
 	if route.DeadLetter {
 		return problem(http.StatusConflict, "version_unbound",
 			"the job's workflow version is not bound in this deployment (EDGEPIPE_BINDINGS); bind it, then redrive")
@@ -295,7 +296,7 @@ func (s *Server) adminPage(c echo.Context) error {
 		data.Jobs = append(data.Jobs, s.adminJob(c, j))
 	}
 	for _, d := range dls {
-		data.DeadLetters = append(data.DeadLetters, s.deadLetter(d))
+		data.DeadLetters = append(data.DeadLetters, s.deadLetter(c.Request().Context(), d))
 	}
 	data.NeedYou = len(data.Jobs) + len(data.DeadLetters)
 	var buf bytes.Buffer

@@ -34,6 +34,13 @@ type Config struct {
 	Store   Store
 	Objects pipeline.ObjectStore
 	Router  *routing.Router
+	// Presence, when set, adds the versions bound by the deployment's live
+	// processes to Router's: a job is dead-lettered unbound_version only
+	// when no live process binds its version (docs/design.md §4).
+	Presence Presence
+	// PresenceInterval is the bindings heartbeat's interval (liveness is
+	// judged from it). Default pipeline.DefaultPresenceInterval.
+	PresenceInterval time.Duration
 	// Tokens maps a bearer token to its tenant.
 	Tokens map[string]string
 	// AdminToken authorises the operator endpoints; empty disables them.

@@ -30,9 +30,14 @@ type JobResource struct {
 	CancelRequestedAt *time.Time      `json:"cancel_requested_at"`
 	Progress          Progress        `json:"progress"`
 	RequiresAction    bool            `json:"requires_action"`
-	Error             *JobError       `json:"error"`
-	Result            *Result         `json:"result"`
-	Links             Links           `json:"links"`
+	// WaitingFor is "storage" while the job backs off because edgepipe's
+	// own infrastructure (object store, database, local disk) failed; such
+	// retries do not use up its attempts. WaitingSince is when that began.
+	WaitingFor   string     `json:"waiting_for,omitempty"`
+	WaitingSince *time.Time `json:"waiting_since,omitempty"`
+	Error        *JobError  `json:"error"`
+	Result       *Result    `json:"result"`
+	Links        Links      `json:"links"`
 }
 
 // Progress is how far the job got: units are scenes.
@@ -90,6 +95,9 @@ func (s *Server) resource(c echo.Context, j pipeline.Job, brief bool) JobResourc
 		Progress:       Progress{UnitsTotal: j.UnitsTotal, UnitsDone: j.UnitsDone, Stage: j.Stage},
 		RequiresAction: j.RequiresAction,
 		Links:          Links{Self: self, Events: self + "/events"},
+	}
+	if j.WaitingForInfra() {
+		r.WaitingFor, r.WaitingSince = "storage", timePtr(j.InfraSince)
 	}
 	if j.LastErrorCode != "" || j.LastErrorMessage != "" {
 		r.Error = &JobError{Class: j.LastErrorClass, Code: j.LastErrorCode, Message: j.LastErrorMessage}

@@ -47,7 +47,7 @@ func (s *Server) readyz(c echo.Context) error {
 }
 
 // Known dead-letter reasons are always reported, at 0 when there are none.
-var deadLetterReasons = []string{pipeline.ReasonUnboundVersion, pipeline.ReasonPoison, pipeline.ReasonRetriesExhausted}
+var deadLetterReasons = []string{pipeline.ReasonUnboundVersion, pipeline.ReasonPoison, pipeline.ReasonRetriesExhausted, pipeline.ReasonInfraUnavailable}
 
 // metrics is GET /metrics in the Prometheus text format: gauges read from
 // the store now, then the in-process counters.

@@ -66,6 +66,8 @@ type Server struct {
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed by CloseStreams
+
+	live liveBindings
 }
 
 // New validates cfg and builds the server and its routes.

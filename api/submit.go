@@ -231,7 +231,7 @@ func (s *Server) newJob(c echo.Context, tenant, key string, req submitRequest, s
 		}
 		nj.ID = id
 	}
-	d := s.cfg.Router.Route(nj.ID)
+	d := s.route(c.Request().Context(), nj.ID)
 	nj.Version = d.Version
 	if d.DeadLetter {
 		// Accepted but never run here: the job is visible to its owner as

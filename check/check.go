@@ -27,6 +27,7 @@ type Store interface {
 	EachJob(ctx context.Context, fn func(pipeline.Job) error) error
 	EachAuditEvent(ctx context.Context, fn func(pipeline.Event) error) error
 	WaivedCalls(ctx context.Context) (map[string]map[string]int, error)
+	UnkeptAnswers(ctx context.Context) ([]pipeline.ProviderCall, error)
 }
 
 // Config says what to check.
@@ -76,7 +77,7 @@ func (r Report) Clean() bool { return len(r.Violations) == 0 }
 var Names = map[int]string{
 	1: "no asset row without its object (size and SHA-256 match)",
 	2: "no object without an asset row or live claim",
-	3: "per (job, scene) at most one billed call to a non-idempotent provider",
+	3: "per (job, scene) at most one billed call to a non-idempotent provider, and every paid answer is an asset or staged",
 	4: "every accepted job ends terminal or needs_review",
 	5: "every attempt ran on the version of its id prefix",
 	6: "no terminal job ever changed status again (except a redrive of dead_lettered)",
@@ -91,122 +92,173 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.StuckAfter == 0 {
 		cfg.StuckAfter = 10 * time.Minute
 	}
-	r := Report{Violations: []Violation{}}
-	add := func(v Violation) { r.Violations = append(r.Violations, v) }
-	now := cfg.Clock.Now()
+	c := &checker{cfg: cfg, now: cfg.Clock.Now(), r: Report{Violations: []Violation{}}}
+	for _, step := range []func(context.Context) error{
+		c.assets,      // 1
+		c.objects,     // 2
+		c.billing,     // 3
+		c.paidAnswers, // 3, second half
+		c.jobs,        // 4, 5
+		c.history,     // 5 per attempt, 6
+	} {
+		if err := step(ctx); err != nil {
+			return c.r, err
+		}
+	}
+	return c.r, nil
+}
 
-	// 1. assets vs objects
-	err := cfg.Store.ListAssets(ctx, func(a pipeline.Asset) error {
-		r.Assets++
-		info, err := cfg.Objects.Head(ctx, a.Key)
+// checker carries one run's configuration and report between the checks.
+type checker struct {
+	cfg Config
+	now time.Time
+	r   Report
+}
+
+func (c *checker) add(v Violation) { c.r.Violations = append(c.r.Violations, v) }
+
+// assets is invariant 1: every asset row has its object, of that size and
+// SHA-256.
+func (c *checker) assets(ctx context.Context) error {
+	return c.cfg.Store.ListAssets(ctx, func(a pipeline.Asset) error {
+		c.r.Assets++
+		info, err := c.cfg.Objects.Head(ctx, a.Key)
 		if errors.Is(err, pipeline.ErrNotFound) {
-			add(Violation{Invariant: 1, Kind: "ghost_asset", JobID: a.JobID, Key: a.Key, Detail: "asset row without an object"})
+			c.add(Violation{Invariant: 1, Kind: "ghost_asset", JobID: a.JobID, Key: a.Key, Detail: "asset row without an object"})
 			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("head %s: %w", a.Key, err)
 		}
 		if info.Size != a.SizeBytes {
-			add(Violation{Invariant: 1, Kind: "size_mismatch", JobID: a.JobID, Key: a.Key,
+			c.add(Violation{Invariant: 1, Kind: "size_mismatch", JobID: a.JobID, Key: a.Key,
 				Detail: fmt.Sprintf("asset says %d bytes, object has %d", a.SizeBytes, info.Size)})
 			return nil
 		}
 		sum := info.SHA256
-		if !cfg.SkipHash || sum == "" {
-			if sum, err = hashObject(ctx, cfg.Objects, a.Key); err != nil {
+		if !c.cfg.SkipHash || sum == "" {
+			if sum, err = hashObject(ctx, c.cfg.Objects, a.Key); err != nil {
 				return err
 			}
 		}
 		if sum != a.SHA256 {
-			add(Violation{Invariant: 1, Kind: "sha256_mismatch", JobID: a.JobID, Key: a.Key,
+			c.add(Violation{Invariant: 1, Kind: "sha256_mismatch", JobID: a.JobID, Key: a.Key,
 				Detail: fmt.Sprintf("asset says %s, object is %s", a.SHA256, sum)})
 		}
 		return nil
 	})
-	if err != nil {
-		return r, err
-	}
+}
 
-	// 2. objects vs asset rows and live claims
+// objects is invariant 2: every object under edgepipe's prefixes (units/,
+// renders/, staging/) has an asset row or a live claim.
+func (c *checker) objects(ctx context.Context) error {
 	for _, prefix := range pipeline.Prefixes {
 		var keys []pipeline.ObjectInfo
-		if err := cfg.Objects.List(ctx, prefix, func(o pipeline.ObjectInfo) bool { keys = append(keys, o); return true }); err != nil {
-			return r, fmt.Errorf("list %s: %w", prefix, err)
+		if err := c.cfg.Objects.List(ctx, prefix, func(o pipeline.ObjectInfo) bool { keys = append(keys, o); return true }); err != nil {
+			return fmt.Errorf("list %s: %w", prefix, err)
 		}
 		for _, o := range keys {
-			r.Objects++
-			if cfg.Grace > 0 && o.LastModified.After(now.Add(-cfg.Grace)) {
+			c.r.Objects++
+			if c.cfg.Grace > 0 && o.LastModified.After(c.now.Add(-c.cfg.Grace)) {
 				continue
 			}
-			ref, err := cfg.Store.KeyReferenced(ctx, o.Key)
+			ref, err := c.cfg.Store.KeyReferenced(ctx, o.Key)
 			if err != nil {
-				return r, err
+				return err
 			}
 			if !ref {
-				add(Violation{Invariant: 2, Kind: "orphan_object", Key: o.Key, Detail: fmt.Sprintf("%d bytes, no asset row or live claim", o.Size)})
+				c.add(Violation{Invariant: 2, Kind: "orphan_object", Key: o.Key, Detail: fmt.Sprintf("%d bytes, no asset row or live claim", o.Size)})
 			}
 		}
 	}
+	return nil
+}
 
-	// 3. billing, from our audit trail
-	groups, err := cfg.Store.BilledCallGroups(ctx)
+// billing is invariant 3's first half, from the audit trail and, when
+// configured, from the provider's own ledger.
+func (c *checker) billing(ctx context.Context) error {
+	groups, err := c.cfg.Store.BilledCallGroups(ctx)
 	if err != nil {
-		return r, err
+		return err
 	}
 	for _, g := range groups {
 		if g.Contract == pipeline.ContractIdempotentVerified {
 			continue
 		}
-		add(Violation{Invariant: 3, Kind: "billed_twice", JobID: g.JobID,
+		c.add(Violation{Invariant: 3, Kind: "billed_twice", JobID: g.JobID,
 			Detail: fmt.Sprintf("scene %d: %d possibly billed %s calls (%s)", g.Scene, g.Count, g.Op, g.Contract)})
 	}
-	// …and from the provider's own ledger
-	if cfg.LedgerURL != "" {
-		waived, err := cfg.Store.WaivedCalls(ctx)
-		if err != nil {
-			return r, err
-		}
-		if err := checkLedger(ctx, cfg.LedgerURL, waived, add); err != nil {
-			return r, err
-		}
-		r.Ledger = true
+	if c.cfg.LedgerURL == "" {
+		return nil
 	}
+	waived, err := c.cfg.Store.WaivedCalls(ctx)
+	if err != nil {
+		return err
+	}
+	if err := checkLedger(ctx, c.cfg.LedgerURL, waived, c.add); err != nil {
+		return err
+	}
+	c.r.Ledger = true
+	return nil
+}
 
-	// 4 and 5: jobs
-	err = cfg.Store.EachJob(ctx, func(j pipeline.Job) error {
-		r.Jobs++
-		if !j.Status.Settled() {
-			stuck := cfg.RequireSettled
-			switch j.Status {
-			case pipeline.StatusRunning:
-				stuck = stuck || (!j.LeaseExpiresAt.IsZero() && now.Sub(j.LeaseExpiresAt) > cfg.StuckAfter)
-			case pipeline.StatusRetryWait:
-				stuck = stuck || (!j.NextRunAt.IsZero() && now.Sub(j.NextRunAt) > cfg.StuckAfter)
-			case pipeline.StatusPending:
-				stuck = stuck || now.Sub(j.UpdatedAt) > cfg.StuckAfter
-			}
-			if stuck {
-				add(Violation{Invariant: 4, Kind: "not_settled", JobID: j.ID, Detail: fmt.Sprintf("status %s since %s", j.Status, j.StatusChangedAt.Format(time.RFC3339))})
-			}
+// paidAnswers is invariant 3's second half: every paid answer is an asset
+// or staged durably (per call row; docs/design.md §6).
+func (c *checker) paidAnswers(ctx context.Context) error {
+	calls, err := c.cfg.Store.UnkeptAnswers(ctx)
+	if err != nil {
+		return err
+	}
+	for _, call := range calls {
+		c.add(Violation{Invariant: 3, Kind: "paid_answer_not_kept", JobID: call.JobID, Key: call.StagedKey,
+			Detail: fmt.Sprintf("call %d (scene %d, %s) was answered, but its answer is neither an asset nor staged", call.ID, call.Scene, call.Op)})
+	}
+	return nil
+}
+
+// jobs is invariant 4 (every job settles) and the routing half of 5.
+func (c *checker) jobs(ctx context.Context) error {
+	return c.cfg.Store.EachJob(ctx, func(j pipeline.Job) error {
+		c.r.Jobs++
+		if !j.Status.Settled() && c.stuck(j) {
+			c.add(Violation{Invariant: 4, Kind: "not_settled", JobID: j.ID, Detail: fmt.Sprintf("status %s since %s", j.Status, j.StatusChangedAt.Format(time.RFC3339))})
 		}
 		id, perr := routing.ParseInstanceID(j.ID)
 		want := id.VersionOrDefault()
 		switch {
 		case perr != nil:
 			if j.Status != pipeline.StatusDeadLettered {
-				add(Violation{Invariant: 5, Kind: "bad_instance_id", JobID: j.ID, Detail: "an id outside the routing grammar ran"})
+				c.add(Violation{Invariant: 5, Kind: "bad_instance_id", JobID: j.ID, Detail: "an id outside the routing grammar ran"})
 			}
 		case j.Version != want:
-			add(Violation{Invariant: 5, Kind: "version_mismatch", JobID: j.ID, Detail: fmt.Sprintf("id says %s, job recorded %s", want, j.Version)})
+			c.add(Violation{Invariant: 5, Kind: "version_mismatch", JobID: j.ID, Detail: fmt.Sprintf("id says %s, job recorded %s", want, j.Version)})
 		case j.Queue != "" && j.Queue != routing.QueueName(want):
-			add(Violation{Invariant: 5, Kind: "queue_mismatch", JobID: j.ID, Detail: fmt.Sprintf("id says %s, job queued on %s", want, j.Queue)})
+			c.add(Violation{Invariant: 5, Kind: "queue_mismatch", JobID: j.ID, Detail: fmt.Sprintf("id says %s, job queued on %s", want, j.Queue)})
 		}
 		return nil
 	})
-	if err != nil {
-		return r, err
-	}
+}
 
+// stuck says whether an unsettled job is reported: always with
+// RequireSettled, else once its lease or retry is overdue by StuckAfter.
+func (c *checker) stuck(j pipeline.Job) bool {
+	if c.cfg.RequireSettled {
+		return true
+	}
+	switch j.Status {
+	case pipeline.StatusRunning:
+		return !j.LeaseExpiresAt.IsZero() && c.now.Sub(j.LeaseExpiresAt) > c.cfg.StuckAfter
+	case pipeline.StatusRetryWait:
+		return !j.NextRunAt.IsZero() && c.now.Sub(j.NextRunAt) > c.cfg.StuckAfter
+	case pipeline.StatusPending:
+		return c.now.Sub(j.UpdatedAt) > c.cfg.StuckAfter
+	}
+	return false
+}
+
+// history is the per-attempt half of invariant 5 and invariant 6, from the
+// event log.
+func (c *checker) history(ctx context.Context) error {
 	// 5, per attempt: every stage an attempt started names the workflow
 	// implementation that ran it, which must be the id prefix's version.
 	// 6: the event log of every job walks the transition table, and nothing
@@ -217,8 +269,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		redriven bool
 		want     string // the version the current job's id prefix routes to
 	)
-	err = cfg.Store.EachAuditEvent(ctx, func(e pipeline.Event) error {
-		r.Events++
+	return c.cfg.Store.EachAuditEvent(ctx, func(e pipeline.Event) error {
+		c.r.Events++
 		if e.JobID != curJob {
 			curJob, cur, redriven, want = e.JobID, "", false, ""
 			if id, perr := routing.ParseInstanceID(e.JobID); perr == nil {
@@ -232,12 +284,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 				Workflow string `json:"workflow"`
 			}
 			if err := json.Unmarshal(e.Detail, &d); err != nil {
-				add(Violation{Invariant: 5, Kind: "unreadable_stage_event", JobID: e.JobID, Detail: fmt.Sprintf("event %d: %v", e.ID, err)})
+				c.add(Violation{Invariant: 5, Kind: "unreadable_stage_event", JobID: e.JobID, Detail: fmt.Sprintf("event %d: %v", e.ID, err)})
 			} else if want == "" {
-				add(Violation{Invariant: 5, Kind: "bad_instance_id_ran", JobID: e.JobID,
+				c.add(Violation{Invariant: 5, Kind: "bad_instance_id_ran", JobID: e.JobID,
 					Detail: fmt.Sprintf("attempt %s ran stage %s on workflow %q for an id outside the routing grammar", e.AttemptID, d.Stage, d.Workflow)})
 			} else if d.Workflow != want {
-				add(Violation{Invariant: 5, Kind: "attempt_version_mismatch", JobID: e.JobID,
+				c.add(Violation{Invariant: 5, Kind: "attempt_version_mismatch", JobID: e.JobID,
 					Detail: fmt.Sprintf("attempt %s ran stage %s on workflow %q; the id says %s", e.AttemptID, d.Stage, d.Workflow, want)})
 			}
 			return nil
@@ -249,17 +301,16 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			return nil
 		}
 		if e.FromStatus != cur {
-			add(Violation{Invariant: 6, Kind: "event_gap", JobID: e.JobID, Detail: fmt.Sprintf("event %d moves from %s but the job was %s", e.ID, e.FromStatus, cur)})
+			c.add(Violation{Invariant: 6, Kind: "event_gap", JobID: e.JobID, Detail: fmt.Sprintf("event %d moves from %s but the job was %s", e.ID, e.FromStatus, cur)})
 		}
 		if cur.Terminal() && !(cur == pipeline.StatusDeadLettered && e.ToStatus == pipeline.StatusPending && redriven) {
-			add(Violation{Invariant: 6, Kind: "terminal_changed", JobID: e.JobID, Detail: fmt.Sprintf("event %d moves terminal %s to %s", e.ID, cur, e.ToStatus)})
+			c.add(Violation{Invariant: 6, Kind: "terminal_changed", JobID: e.JobID, Detail: fmt.Sprintf("event %d moves terminal %s to %s", e.ID, cur, e.ToStatus)})
 		} else if err := pipeline.CheckTransition(e.FromStatus, e.ToStatus); err != nil {
-			add(Violation{Invariant: 6, Kind: "invalid_transition", JobID: e.JobID, Detail: fmt.Sprintf("event %d: %v", e.ID, err)})
+			c.add(Violation{Invariant: 6, Kind: "invalid_transition", JobID: e.JobID, Detail: fmt.Sprintf("event %d: %v", e.ID, err)})
 		}
 		cur, redriven = e.ToStatus, false
 		return nil
 	})
-	return r, err
 }
 
 func hashObject(ctx context.Context, objs pipeline.ObjectStore, key string) (string, error) {

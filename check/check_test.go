@@ -134,6 +134,12 @@ func TestEachInvariantIsDetected(t *testing.T) {
 			mustExec(t, e, `INSERT INTO provider_calls (job_id, scene_index, operation, provider, contract, attempt_id, status, intended_at)
 				VALUES ('v1-a', 0, 'speech', 'p', 'sync', 'att_x', 'succeeded', 0)`)
 		}, check.Config{}, "billed_twice"},
+		{"paid answer kept nowhere", func(t *testing.T, e *env, _ pipeline.Lease, _ string) {
+			// Answered (paid), never made into its asset, and its staged
+			// copy gone.
+			mustExec(t, e, `INSERT INTO provider_calls (job_id, scene_index, operation, provider, contract, attempt_id, status, intended_at, staged_key)
+				VALUES ('v1-a', 1, 'image', 'p', 'idempotent_verified', 'att_x', 'succeeded', 0, 'staging/aa/gone/001-image-9')`)
+		}, check.Config{}, "paid_answer_not_kept"},
 		{"stuck job", func(t *testing.T, e *env, _ pipeline.Lease, _ string) {
 			if _, _, err := e.store.CreateJob(ctx, pipeline.NewJob{ID: "v1-stuck", Tenant: "t", Operation: "o", IdempotencyKey: "s",
 				RequestFingerprint: "f", Version: "v1", Queue: "render-v1"}); err != nil {
@@ -179,6 +185,58 @@ func TestEachInvariantIsDetected(t *testing.T) {
 				t.Fatal("report does not marshal")
 			}
 		})
+	}
+}
+
+// A paid answer that is staged (an asset row of kind staged under the call
+// row's staged_key) is kept durably: clean.
+func TestStagedAnswerIsKept(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	if _, _, err := e.store.CreateJob(ctx, pipeline.NewJob{ID: "v1-s", Tenant: "t", Operation: "render_video",
+		IdempotencyKey: "s", RequestFingerprint: "s", Version: "v1", Queue: "render-v1"}); err != nil {
+		t.Fatal(err)
+	}
+	cs, _, err := e.store.Fetch(ctx, "render-v1", "w", 1, time.Minute)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("fetch: %v", err)
+	}
+	l := cs[0].Lease
+	id, err := e.store.RecordIntent(ctx, l, pipeline.ProviderCall{Scene: 0, Op: pipeline.OpSpeech, Provider: "p", Contract: pipeline.ContractSync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := pipeline.StagingKey("t", "v1-s", 0, pipeline.OpSpeech, id)
+	if err := e.store.ClaimObject(ctx, l, key); err != nil {
+		t.Fatal(err)
+	}
+	info, err := e.objs.Put(ctx, key, strings.NewReader("wav"), pipeline.PutOptions{ContentType: "application/octet-stream", CreateOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.CommitAsset(ctx, l, pipeline.Asset{Key: key, Kind: pipeline.KindStaged, SizeBytes: info.Size, SHA256: info.SHA256, ContentType: "application/octet-stream"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.SetCallStaged(ctx, &pipeline.SetCallStagedParams{CallID: id, Key: key}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.FinishCall(ctx, id, pipeline.CallSucceeded, 200, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.Finish(ctx, l, pipeline.Outcome{Status: pipeline.StatusNeedsReview, RequiresAction: true, ErrorClass: pipeline.ClassAmbiguous, ErrorCode: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, e, check.Config{RequireSettled: true}); !r.Clean() {
+		t.Fatalf("staged answer reported: %s", kinds(r))
+	}
+	// Without its staged copy the same answer is kept nowhere.
+	mustExec(t, e, `DELETE FROM assets`)
+	if err := e.objs.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, e, check.Config{RequireSettled: true}); kinds(r) != "paid_answer_not_kept" {
+		t.Fatalf("violations %q, want paid_answer_not_kept", kinds(r))
 	}
 }
 

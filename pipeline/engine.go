@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,43 +9,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 )
-
-// Store is what the worker and the stages need from the job store (the
-// SQLite driver implements it). Every method that takes a Lease is fenced:
-// it fails with a *FenceError, writing nothing, once the attempt lost it.
-type Store interface {
-	Fetch(ctx context.Context, queue, owner string, max int, leaseFor time.Duration) ([]Claimed, FetchStats, error)
-	Heartbeat(ctx context.Context, lease Lease, leaseFor time.Duration) (Lease, error)
-	Finish(ctx context.Context, lease Lease, o Outcome) error
-	Release(ctx context.Context, lease Lease) error
-	CancelRequested(ctx context.Context, jobID string) (bool, error)
-	GetJob(ctx context.Context, id string) (Job, error)
-
-	FreezeInput(ctx context.Context, lease Lease, frozen json.RawMessage, unitsTotal int) (json.RawMessage, error)
-	StageFinished(ctx context.Context, lease Lease, stage string, unitsDone int, detail map[string]any) error
-	AppendEvent(ctx context.Context, lease Lease, kind string, detail any) error
-
-	PlanUnits(ctx context.Context, lease Lease, units []Unit) error
-	Units(ctx context.Context, jobID string) ([]Unit, error)
-	UpdateUnit(ctx context.Context, lease Lease, scene int, up UnitUpdate) error
-
-	RecordIntent(ctx context.Context, lease Lease, c ProviderCall) (int64, error)
-	FinishCall(ctx context.Context, id int64, status string, httpStatus int, errorCode, externalID string) error
-	ProviderCalls(ctx context.Context, jobID string, scene int, op string) ([]ProviderCall, error)
-
-	ObjectLedger
-}
-
-// ObjectLedger is the database side of the object write protocol (DESIGN §7).
-type ObjectLedger interface {
-	GetAsset(ctx context.Context, key string) (Asset, error)
-	ClaimObject(ctx context.Context, lease Lease, key string) error
-	CommitAsset(ctx context.Context, lease Lease, a Asset) error
-	AbandonClaim(ctx context.Context, attemptID, key string) (deleteObject bool, err error)
-	FinishAbandon(ctx context.Context, attemptID, key string) error
-}
 
 // Renderer turns stored media into clips and joins them (render.Renderer,
 // through render.Factory). It is a pure function of its inputs: no provider.
@@ -93,7 +58,8 @@ type EngineConfig struct {
 	Retry     RetryPolicy
 	Clock     Clock
 	Logger    *slog.Logger
-	// UnitConcurrency bounds scenes generated in parallel (default 4).
+	// UnitConcurrency bounds scenes generated in parallel
+	// (DefaultUnitConcurrency).
 	UnitConcurrency int
 	// TempDir holds scene clips of an attempt.
 	TempDir string
@@ -136,7 +102,7 @@ func (c *EngineConfig) setDefaults() {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.UnitConcurrency == 0 {
-		c.UnitConcurrency = 4
+		c.UnitConcurrency = DefaultUnitConcurrency
 	}
 	if c.TempDir == "" {
 		c.TempDir = os.TempDir()
@@ -171,6 +137,10 @@ func (c EngineConfig) Validate() error {
 	}
 	return c.Retry.Validate()
 }
+
+// DefaultUnitConcurrency is how many scenes of one job are generated at
+// once unless configured (EDGEPIPE_UNIT_CONCURRENCY).
+const DefaultUnitConcurrency = 4
 
 // Engine runs one attempt of a job through the four stages.
 type Engine struct {
@@ -207,8 +177,11 @@ const (
 
 // Run executes the attempt and returns how it ended; the caller (the worker)
 // records the outcome with Store.Finish. An error return means the outcome
-// could not be decided (the lease was lost): nothing must be recorded.
-func (e *Engine) Run(ctx context.Context, c Claimed) (Outcome, error) {
+// could not be decided (the lease was lost, the worker is stopping: the
+// context's cause says which): nothing must be recorded. A panic anywhere in
+// the attempt is recovered into a classified failure (see recovered), with
+// its stack in the log and a safe message on the job.
+func (e *Engine) Run(ctx context.Context, c Claimed) (o Outcome, err error) {
 	wf, ok := Workflows[c.Job.Version]
 	if !ok {
 		// The worker only consumes bound versions' queues; a job of another
@@ -217,13 +190,18 @@ func (e *Engine) Run(ctx context.Context, c Claimed) (Outcome, error) {
 		return Outcome{Status: StatusDeadLettered, Reason: ReasonUnboundVersion, ErrorClass: ClassPermanent, ErrorCode: ReasonUnboundVersion,
 			ErrorMessage: "this deployment has no implementation of the job's workflow version", RequiresAction: true}, nil
 	}
+	log := e.cfg.Logger.With("job", c.Job.ID, "attempt", c.Lease.AttemptID, "version", wf.Version)
+	defer func() {
+		if r := recover(); r != nil {
+			o, err = e.outcome(c, recovered(ctx, log, e.cfg.Store, c.Lease, -1, r)), nil
+		}
+	}()
 	tmp, err := os.MkdirTemp(e.cfg.TempDir, "edgepipe-"+c.Lease.AttemptID+"-")
 	if err != nil {
-		return e.outcome(c, &ClassifiedError{Class: ClassTransient, Code: "local_disk_error", Message: "the worker could not create scratch space", Cause: err}), nil
+		return e.outcome(c, infraErr("local_disk_error", "the worker could not create scratch space", err)), nil
 	}
 	defer os.RemoveAll(tmp)
-	a := &attempt{job: c.Job, lease: c.Lease, workflow: wf, tmp: tmp,
-		log: e.cfg.Logger.With("job", c.Job.ID, "attempt", c.Lease.AttemptID, "version", wf.Version)}
+	a := &attempt{job: c.Job, lease: c.Lease, workflow: wf, tmp: tmp, log: log}
 
 	resultKey, err := e.runStages(ctx, a)
 	if err == nil {
@@ -235,19 +213,47 @@ func (e *Engine) Run(ctx context.Context, c Claimed) (Outcome, error) {
 	}
 	if ctx.Err() != nil && !errors.Is(err, ErrCanceled) {
 		// The worker is shutting down or lost the lease: not the job's fault.
-		return Outcome{}, fmt.Errorf("attempt interrupted: %w", ctx.Err())
+		return Outcome{}, fmt.Errorf("attempt interrupted: %w", context.Cause(ctx))
 	}
 	a.log.Warn("attempt failed", "err", err)
 	return e.outcome(c, err), nil
 }
 
-// PruneSpool removes the spool directories of jobs that reached a terminal
-// status by a path that did not pass through this worker's Forget: an
-// operator failing a job under review, a cancellation of a waiting job,
-// another worker finishing it. needs_review and every live status keep
-// their spool (a retry uses it); a directory whose job is not found is
-// kept too, since nothing proves it unneeded. It returns how many
-// directories it removed.
+// recovered turns a panic inside an attempt (or, scene >= 0, inside one
+// unit's goroutine) into a classified failure. If a provider call of the
+// attempt (for that scene) is still open (its intent row written, its
+// outcome not), the request may have been sent and billed: the call is
+// recorded as ambiguous and the job goes to review. Otherwise nothing was
+// paid for and the attempt is retried (it counts: a panic that repeats ends
+// in the dead-letter queue, not in a loop).
+func recovered(ctx context.Context, log *slog.Logger, st Store, lease Lease, scene int, r any) *ClassifiedError {
+	log.Error("attempt panicked", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+	bg := context.WithoutCancel(ctx)
+	_ = st.AppendEvent(bg, lease, EventAttemptPanicked, map[string]any{"attempt": lease.Attempt})
+	calls, err := st.ProviderCalls(bg, lease.JobID, scene, "")
+	if err != nil {
+		return &ClassifiedError{Class: ClassAmbiguous, Code: "internal_panic", Message: "edgepipe hit an internal error while a provider call may have been in flight; an operator must decide", Cause: err}
+	}
+	open := false
+	for _, c := range calls {
+		if c.AttemptID == lease.AttemptID && c.Status == CallIntent {
+			open = true
+			_ = st.FinishCall(bg, c.ID, CallAmbiguous, 0, "internal_panic", "")
+		}
+	}
+	if open {
+		return &ClassifiedError{Class: ClassAmbiguous, Code: "internal_panic", Message: "edgepipe hit an internal error while a provider call may have been in flight; an operator must decide", Cause: fmt.Errorf("panic: %v", r)}
+	}
+	return &ClassifiedError{Class: ClassTransient, Code: "internal_panic", Message: "edgepipe hit an internal error; the attempt is retried", Cause: fmt.Errorf("panic: %v", r)}
+}
+
+// PruneSpool removes the spool directories of jobs that are over for good
+// (Status.Final) by a path that did not pass through this worker's Forget:
+// an operator failing a job under review, a cancellation of a waiting job,
+// another worker finishing it. dead_lettered, needs_review and every live
+// status keep their spool (a redrive or retry uses it); a directory whose
+// job is not found is kept too, since nothing proves it unneeded. It
+// returns how many directories it removed.
 func (e *Engine) PruneSpool(ctx context.Context) (int, error) {
 	if e.cfg.SpoolDir == "" {
 		return 0, nil
@@ -271,7 +277,7 @@ func (e *Engine) PruneSpool(ctx context.Context) (int, error) {
 		if err != nil {
 			return n, fmt.Errorf("prune spool: %w", err)
 		}
-		if !j.Status.Terminal() || safeName(j.ID) != ent.Name() {
+		if !j.Status.Final() || safeName(j.ID) != ent.Name() {
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(e.cfg.SpoolDir, ent.Name())); err != nil {
@@ -282,17 +288,43 @@ func (e *Engine) PruneSpool(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// Forget drops what the engine kept on local disk for a settled job (its
-// spooled provider results).
-func (e *Engine) Forget(jobID string) {
+// Forget drops what was kept for a job that is over for good
+// (Status.Final): its spooled answers on this worker and its staged answers
+// in the object store, which nothing can use any more. A job that may
+// resume (dead_lettered, needs_review) must keep both; Forget refuses it.
+// A failure only delays the cleanup (the sweeper releases staged answers
+// of final jobs too), so it is returned for the log.
+func (e *Engine) Forget(ctx context.Context, jobID string, status Status) error {
+	if !status.Final() {
+		return nil
+	}
 	if e.cfg.SpoolDir != "" {
 		_ = os.RemoveAll(filepath.Join(e.cfg.SpoolDir, safeName(jobID)))
 	}
+	return ReleaseFinalStaged(ctx, e.cfg.Store, e.cfg.Objects, "forget-"+jobID, jobID)
+}
+
+// ReleaseFinalStaged releases the staged answers of a final job (jobID), or
+// with jobID empty those of every final job: the worker calls it when it
+// finishes a job, the sweeper for jobs that ended elsewhere.
+func ReleaseFinalStaged(ctx context.Context, st interface {
+	StagedAnswers(ctx context.Context, p *StagedAnswersParams) ([]Asset, error)
+	ObjectLedger
+}, objs ObjectStore, owner, jobID string) error {
+	staged, err := st.StagedAnswers(ctx, &StagedAnswersParams{JobID: jobID, FinalJobsOnly: true})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, a := range staged {
+		errs = append(errs, releaseStaged(ctx, st, objs, owner, a.Key))
+	}
+	return errors.Join(errs...)
 }
 
 func (e *Engine) outcome(c Claimed, err error) Outcome {
 	ce := Classify(err)
-	d := e.cfg.Retry.Decide(ce, c.Lease.Attempt, e.cfg.Clock.Now())
+	d := e.cfg.Retry.DecideAttempt(ce, c.Job, c.Lease.Attempt, e.cfg.Clock.Now())
 	if d.Status == StatusRetryWait {
 		e.cfg.Metrics.RetryScheduled(ce.Code)
 	}
@@ -422,7 +454,7 @@ func checkCancel(ctx context.Context, st interface {
 	}
 	req, err := st.CancelRequested(ctx, jobID)
 	if err != nil {
-		return &ClassifiedError{Class: ClassTransient, Code: "store_unavailable", Message: "the job store did not answer", Cause: err}
+		return infraErr("store_unavailable", "the job store did not answer", err)
 	}
 	if req {
 		return ErrCanceled

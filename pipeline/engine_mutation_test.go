@@ -360,10 +360,11 @@ func TestEngineUnitEvents(t *testing.T) {
 		t.Fatalf("second job: %d unit_generated events, want 2", n)
 	}
 
-	// An attempt dies after uploading its image but before the asset row:
-	// the next attempt adopts the object and says so.
+	// An attempt dies after uploading its image but before the asset row
+	// (the second upload: the first stages the provider's answer): the next
+	// attempt adopts the object and says so.
 	h.submit("v1-adopt", board(img("a lighthouse at night", "", 700)))
-	h.crashAt("render-v1", "after_upload_before_asset", 1)
+	h.crashAt("render-v1", "after_upload_before_asset", 2)
 	h.clock.Advance(2 * time.Minute)
 	h.drain(5)
 	var adopted int
@@ -532,7 +533,9 @@ func TestEngineRetryMetric(t *testing.T) {
 	}
 }
 
-// Forget removes a settled job's spooled results, and only that job's.
+// Forget removes a final job's spooled results, and only that job's; a job
+// that may resume (dead_lettered, needs_review) keeps them: a redrive must
+// use a paid answer rather than pay again (issue 11, finding 1).
 func TestEngineForgetRemovesSpool(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -546,7 +549,17 @@ func TestEngineForgetRemovesSpool(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h.engine.Forget("v1-forget")
+	for _, st := range []pipeline.Status{pipeline.StatusDeadLettered, pipeline.StatusNeedsReview, pipeline.StatusRetryWait} {
+		if err := h.engine.Forget(context.Background(), "v1-forget", st); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(mine, "call-1")); err != nil {
+			t.Fatalf("spool after Forget(%s): %v, want it kept", st, err)
+		}
+	}
+	if err := h.engine.Forget(context.Background(), "v1-forget", pipeline.StatusFailed); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := os.Stat(mine); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("spool of the forgotten job: %v, want it gone", err)
 	}
@@ -685,17 +698,36 @@ func blockSpool(t *testing.T, h *harness, id string) string {
 	return dir
 }
 
-// A paid answer that cannot be written to the worker's disk for a while is
-// held in memory and written once the disk takes it: the job succeeds and
-// the speech is bought once. If the disk never takes it, the call is
+// refuseStaging is an object store that refuses to stage speech answers
+// (an outage that started between the provider's answer and its staging).
+type refuseStaging struct{ pipeline.ObjectStore }
+
+func (r refuseStaging) Put(ctx context.Context, key string, rd io.Reader, o pipeline.PutOptions) (pipeline.ObjectInfo, error) {
+	if strings.HasPrefix(key, pipeline.PrefixStaging) && strings.Contains(key, "-speech-") {
+		return pipeline.ObjectInfo{}, errors.New("connection refused")
+	}
+	return r.ObjectStore.Put(ctx, key, rd, o)
+}
+
+// A paid answer is kept before anything else: staged in the object store
+// and spooled on the worker's disk. A full local disk therefore loses
+// nothing while the object store takes the answer. If the store refuses it
+// too, the answer is held in memory while the spool write is retried: once
+// the disk takes it the job succeeds; if it never does, the call is
 // recorded as paid-but-lost (local_disk_error) and the job waits for a
-// human; it is not bought again either way.
+// human. The speech is bought once in every case.
 func TestEnginePaidAnswerSurvivesFullDisk(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name    string
-		freeing bool
-	}{{"disk frees up", true}, {"disk stays full", false}} {
+		name         string
+		freeing      bool
+		storeRefuses bool
+		want         pipeline.Status
+	}{
+		{"disk stays full, store takes it", false, false, pipeline.StatusSucceeded},
+		{"disk frees up, store refuses", true, true, pipeline.StatusRetryWait},
+		{"disk stays full, store refuses", false, true, pipeline.StatusNeedsReview},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var h *harness
@@ -705,6 +737,9 @@ func TestEnginePaidAnswerSurvivesFullDisk(t *testing.T) {
 					ec.UnitConcurrency = 1
 					if !tc.freeing {
 						ec.SpoolPatience = 300 * time.Millisecond
+					}
+					if tc.storeRefuses {
+						ec.Objects = refuseStaging{ec.Objects}
 					}
 				}),
 				withProviders(func(pipeline.Providers) pipeline.Providers {
@@ -720,12 +755,15 @@ func TestEnginePaidAnswerSurvivesFullDisk(t *testing.T) {
 				}))
 			h.submit(id, board(img("a quarry", "dust over the quarry", 700)))
 			_, o := runOnce(t, h)
-			if tc.freeing {
-				if o.Status != pipeline.StatusSucceeded {
-					t.Fatalf("outcome %+v, want succeeded once the disk took the answer", o)
-				}
-			} else if o.Status != pipeline.StatusNeedsReview || o.ErrorCode != "local_disk_error" || !strings.Contains(o.ErrorMessage, "could not keep it on disk") {
+			switch {
+			case o.Status != tc.want:
+				t.Fatalf("outcome %+v, want %s", o, tc.want)
+			case tc.want == pipeline.StatusNeedsReview && (o.ErrorCode != "local_disk_error" || !strings.Contains(o.ErrorMessage, "could not keep it on disk")):
 				t.Fatalf("outcome %+v, want needs_review local_disk_error", o)
+			case tc.want == pipeline.StatusRetryWait && (o.ErrorCode != "object_store_error" || !o.Infra):
+				// Spooled once the disk took it; the attempt waits for the
+				// store on the infrastructure budget.
+				t.Fatalf("outcome %+v, want an infrastructure retry (object_store_error)", o)
 			}
 			if n := h.fake.Ledger().Billed.Speech; n != 1 {
 				t.Fatalf("speech billed %d times, want 1", n)

@@ -495,14 +495,55 @@ func TestSiblingFailureLetsPaidCallFinish(t *testing.T) {
 	}
 }
 
-// If the answer of such a call is lost before the next attempt (the spool
-// directory is gone), that attempt stops for review — it cannot know the
-// answer is not somewhere — and an operator's retry then moves the job on:
-// the answered-but-never-stored call is waived and bought once more.
+// Losing this worker's disk (the spool directory) does not lose a paid
+// answer: it was staged in the object store the moment it arrived, and the
+// next attempt — on any machine — stores it instead of paying again.
+func TestWipedSpoolDoesNotLoseStagedAnswer(t *testing.T) {
+	t.Parallel()
+	h := siblingFailsDuringPaidCall(t, "v1-wiped", pipeline.OpSpeech, img("a", "narration for a", 600))
+	if err := os.RemoveAll(h.cfg.SpoolDir); err != nil {
+		t.Fatal(err)
+	}
+	h.drain(5)
+	if j := h.job("v1-wiped"); j.Status != pipeline.StatusSucceeded {
+		t.Fatalf("job %s (%s), want succeeded from the staged answer", j.Status, j.LastErrorCode)
+	}
+	if n := h.fake.Ledger().Billed.Speech; n != 1 {
+		t.Fatalf("speech billed %d times, want 1", n)
+	}
+	calls, err := h.store.ProviderCalls(context.Background(), "v1-wiped", 0, pipeline.OpSpeech)
+	if err != nil || len(calls) != 1 || calls[0].StagedKey == "" {
+		t.Fatalf("speech calls %+v %v; want one, pointing at its staged answer", calls, err)
+	}
+	// The asset made from it exists, so the staged copy is gone.
+	if _, err := h.store.GetAsset(context.Background(), calls[0].StagedKey); !errors.Is(err, pipeline.ErrNotFound) {
+		t.Fatalf("staged answer after its asset was made: %v, want it released", err)
+	}
+	if _, err := h.objs.Head(context.Background(), calls[0].StagedKey); !errors.Is(err, pipeline.ErrNotFound) {
+		t.Fatalf("staged object after its asset was made: %v, want it deleted", err)
+	}
+}
+
+// If every copy of such an answer is lost before the next attempt (the
+// spool directory and the staged object both gone), that attempt stops for
+// review — it cannot know the answer is not somewhere — and an operator's
+// retry then moves the job on: the answered-but-never-stored call is waived
+// and bought once more.
 func TestOperatorRetryWaivesAnsweredButLostCall(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
 	h := siblingFailsDuringPaidCall(t, "v1-lost", pipeline.OpSpeech, img("a", "narration for a", 600))
 	if err := os.RemoveAll(filepath.Join(h.cfg.SpoolDir, "v1-lost")); err != nil {
+		t.Fatal(err)
+	}
+	calls, err := h.store.ProviderCalls(ctx, "v1-lost", 0, pipeline.OpSpeech)
+	if err != nil || len(calls) != 1 || calls[0].StagedKey == "" {
+		t.Fatalf("speech calls %+v %v", calls, err)
+	}
+	if err := h.store.ExecForTest(ctx, "DELETE FROM assets WHERE kind = 'staged'"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.objs.Delete(ctx, calls[0].StagedKey); err != nil {
 		t.Fatal(err)
 	}
 	h.drain(5)
@@ -510,7 +551,7 @@ func TestOperatorRetryWaivesAnsweredButLostCall(t *testing.T) {
 	if j.Status != pipeline.StatusNeedsReview || j.LastErrorCode != "provider_outcome_unknown" {
 		t.Fatalf("job %s (%s), want needs_review provider_outcome_unknown", j.Status, j.LastErrorCode)
 	}
-	if _, err := h.store.Decide(context.Background(), "v1-lost", pipeline.DecisionRetry, "op"); err != nil {
+	if _, err := h.store.Decide(ctx, "v1-lost", pipeline.DecisionRetry, "op"); err != nil {
 		t.Fatal(err)
 	}
 	h.drain(5)
@@ -613,11 +654,9 @@ func TestPaidCallOutlivingItsStageRecordsItsOwnOutcome(t *testing.T) {
 	}
 }
 
-// An operator's retry waives an answered call whose result the unit does
-// not hold yet; if the answer is still in the spool, the next attempt
-// stores it rather than paying again (waiving allows paying, it does not
-// require it).
-func TestWaivedCallWithSpoolIsNotBoughtAgain(t *testing.T) {
+// An operator's retry does not waive an answered call whose answer is
+// staged: the next attempt stores that answer rather than paying again.
+func TestRetryDoesNotWaiveStagedAnswer(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	h := siblingFailsDuringPaidCall(t, "v1-waivedspool", pipeline.OpSpeech, img("a", "narration for a", 600))
@@ -634,14 +673,14 @@ func TestWaivedCallWithSpoolIsNotBoughtAgain(t *testing.T) {
 	if _, err := h.store.Decide(ctx, "v1-waivedspool", pipeline.DecisionRetry, "op"); err != nil {
 		t.Fatal(err)
 	}
-	if calls, err := h.store.ProviderCalls(ctx, "v1-waivedspool", 0, pipeline.OpSpeech); err != nil || len(calls) != 1 || calls[0].Status != pipeline.CallWaived {
-		t.Fatalf("speech calls after the retry decision: %+v %v; want one waived", calls, err)
+	if calls, err := h.store.ProviderCalls(ctx, "v1-waivedspool", 0, pipeline.OpSpeech); err != nil || len(calls) != 1 || calls[0].Status != pipeline.CallSucceeded {
+		t.Fatalf("speech calls after the retry decision: %+v %v; want one succeeded (staged, not waived)", calls, err)
 	}
 	h.drain(5)
 	if j := h.job("v1-waivedspool"); j.Status != pipeline.StatusSucceeded {
 		t.Fatalf("job ended %s (%s)", j.Status, j.LastErrorCode)
 	}
 	if n := h.fake.Ledger().Billed.Speech; n != 1 {
-		t.Fatalf("speech billed %d times, want 1 (the spooled answer of the waived call)", n)
+		t.Fatalf("speech billed %d times, want 1 (the staged answer)", n)
 	}
 }

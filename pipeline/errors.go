@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinels. Drivers translate their own errors into these once, at their
@@ -17,7 +18,21 @@ var (
 	ErrAlreadyExists     = errors.New("already exists")
 	ErrClaimConflict     = errors.New("object key is being deleted by another attempt")
 	ErrCanceled          = errors.New("job canceled")
+	// ErrClaimTakenOver: ObjectLedger.ClaimObject found the key's cleanup
+	// dead (see StaleDeleteAfter) and gave it to the caller, who now holds
+	// the key's 'deleting' claim: delete the object, FinishAbandon, claim
+	// again.
+	ErrClaimTakenOver = errors.New("object key's abandoned cleanup was taken over")
+	// ErrWorkerStopping is the cancel cause of attempts interrupted by a
+	// worker's shutdown; ErrLeaseLost is that of an attempt fenced out.
+	ErrWorkerStopping = errors.New("worker stopping")
 )
+
+// StaleDeleteAfter is how old a 'deleting' claim of a dead attempt must be
+// before the next writer of the key takes its cleanup over: longer than any
+// delete the dead attempt may still have in flight (abandon bounds its
+// deletes to deleteTries × deleteTimeout, well below this).
+const StaleDeleteAfter = 2 * time.Minute
 
 // TransitionError says which status change was refused.
 type TransitionError struct {

@@ -36,6 +36,21 @@ type Job struct {
 	CancelRequestedAt  time.Time
 	ResultKey          string
 	WebhookURL         string
+	// InfraFailures counts attempts that ended on a failure of edgepipe's own
+	// infrastructure (object store, database, local disk); they do not use
+	// up the retry policy's attempts (docs/design.md §6).
+	InfraFailures int
+	// InfraSince is when the current run of infrastructure failures began
+	// (zero when the last attempt ended otherwise): the infrastructure
+	// retry window is measured from it. While it is set and the job waits
+	// in retry_wait, the job is "waiting for storage".
+	InfraSince time.Time
+}
+
+// WaitingForInfra reports whether the job is backing off because edgepipe's
+// own infrastructure failed, not because of anything the job did.
+func (j Job) WaitingForInfra() bool {
+	return j.Status == StatusRetryWait && !j.InfraSince.IsZero()
 }
 
 // Lease is an attempt's hold on a job. Every write the attempt makes carries
@@ -59,6 +74,9 @@ type Outcome struct {
 	RequiresAction bool
 	Reason         string // dead-letter reason
 	ResultKey      string // succeeded
+	// Infra marks an attempt that ended on an infrastructure failure: the
+	// store counts it in Job.InfraFailures and starts Job.InfraSince.
+	Infra bool
 }
 
 // OutcomeFor turns a retry decision and the error that caused it into an
@@ -67,6 +85,7 @@ func OutcomeFor(d Decision, ce *ClassifiedError) Outcome {
 	o := Outcome{Status: d.Status, NextRunAt: d.NextRunAt, RequiresAction: d.RequiresAction, Reason: d.Reason}
 	if ce != nil {
 		o.ErrorClass, o.ErrorCode, o.ErrorMessage = ce.Class, ce.Code, ce.Message
+		o.Infra = ce.Infra && d.Status == StatusRetryWait
 	}
 	return o
 }
@@ -95,6 +114,11 @@ const (
 	EventUnitGenerated   = "unit_generated"
 	EventUnitReused      = "unit_reused"
 	EventUnitSubmitted   = "unit_submitted"
+	// EventCallWaived records, per call, that an operator's retry accepted
+	// paying for it again (the audit of that decision).
+	EventCallWaived = "call_waived"
+	// EventAttemptPanicked records a panic recovered inside an attempt.
+	EventAttemptPanicked = "attempt_panicked"
 )
 
 // DeadLetter is a job parked for an operator.

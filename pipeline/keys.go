@@ -16,10 +16,13 @@ const keySchema = "edgepipe-keys-v1"
 const (
 	PrefixUnits   = "units/"
 	PrefixRenders = "renders/"
+	// PrefixStaging holds paid provider answers until the asset made from
+	// them exists or their job is final (StagingKey).
+	PrefixStaging = "staging/"
 )
 
 // Prefixes lists every prefix edgepipe writes under.
-var Prefixes = []string{PrefixUnits, PrefixRenders}
+var Prefixes = []string{PrefixUnits, PrefixRenders, PrefixStaging}
 
 func hashParts(parts ...string) string {
 	h := sha256.New()
@@ -50,6 +53,28 @@ func UnitKey(tenant, version string, s Scene, o Options) string {
 func ArtifactKey(tenant, version, provider, model, op, params, text, ext string) string {
 	h := hashParts(keySchema, "artifact", tenant, version, provider, model, op, params, text)
 	return PrefixUnits + safeVersion(version) + "/" + h[:2] + "/" + h + "." + ext
+}
+
+// StagingKey is where provider call callID's answer for (job, scene, op)
+// is staged. The call id makes it unique to one paid answer, so no two
+// writers ever race for it; the tenant and job are hashed (no raw user text
+// in keys), and a later attempt on any machine derives the same key from
+// the call row.
+func StagingKey(tenant, jobID string, scene int, op string, callID int64) string {
+	h := hashParts(keySchema, "staging", tenant, jobID)
+	return fmt.Sprintf("%s%s/%s/%03d-%s-%d", PrefixStaging, h[:2], h[:40], scene, safeOp(op), callID)
+}
+
+// safeOp keeps an operation name to [a-z_] in keys (operations are
+// constants; this only guarantees the key shape).
+func safeOp(op string) string {
+	out := make([]byte, 0, len(op))
+	for i := 0; i < len(op) && i < 32; i++ {
+		if c := op[i]; (c >= 'a' && c <= 'z') || c == '_' {
+			out = append(out, c)
+		}
+	}
+	return string(out)
 }
 
 // RenderKey is the object key of a final render: the frozen storyboard, the

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -33,7 +34,17 @@ type ClassifiedError struct {
 	Code       string        // stable, machine-readable, e.g. "provider_timeout"
 	Message    string        // safe, human-readable
 	RetryAfter time.Duration // provider-declared earliest retry (429), 0 if none
-	Cause      error
+	// Infra marks a transient failure of edgepipe's own infrastructure
+	// (object store, database, local disk): not the job's fault, so it
+	// backs off on the infrastructure budget (RetryPolicy.InfraWindow)
+	// instead of using up the job's attempts.
+	Infra bool
+	Cause error
+}
+
+// infraErr is a transient failure of edgepipe's own infrastructure.
+func infraErr(code, msg string, cause error) *ClassifiedError {
+	return &ClassifiedError{Class: ClassTransient, Infra: true, Code: code, Message: msg, Cause: cause}
 }
 
 func (e *ClassifiedError) Error() string {
@@ -65,13 +76,29 @@ type RetryPolicy struct {
 	Base        time.Duration
 	Cap         time.Duration
 	MaxAttempts int
+	// InfraWindow is how long a job may keep failing on edgepipe's own
+	// infrastructure (ClassifiedError.Infra) before it is dead-lettered
+	// with ReasonInfraUnavailable; such failures never count against
+	// MaxAttempts. Zero means DefaultInfraWindow.
+	InfraWindow time.Duration
+	// InfraCap caps the backoff between infrastructure retries, so a job
+	// resumes soon after the store is back. Zero means DefaultInfraCap.
+	InfraCap time.Duration
 	// Rand returns a float in [0,1). nil uses a process-wide source.
 	Rand func() float64
 }
 
-// DefaultRetryPolicy: 5 attempts, 10 s base doubling up to 10 min.
+// Defaults of the infrastructure budget (EDGEPIPE_INFRA_RETRY_WINDOW).
+const (
+	DefaultInfraWindow = time.Hour
+	DefaultInfraCap    = time.Minute
+)
+
+// DefaultRetryPolicy: 5 attempts, 10 s base doubling up to 10 min; an hour
+// of infrastructure retries at most a minute apart.
 func DefaultRetryPolicy() RetryPolicy {
-	return RetryPolicy{Base: 10 * time.Second, Cap: 10 * time.Minute, MaxAttempts: 5}
+	return RetryPolicy{Base: 10 * time.Second, Cap: 10 * time.Minute, MaxAttempts: 5,
+		InfraWindow: DefaultInfraWindow, InfraCap: DefaultInfraCap}
 }
 
 // Validate refuses a policy that could never retry sensibly.
@@ -83,6 +110,10 @@ func (p RetryPolicy) Validate() error {
 		return fmt.Errorf("%w: retry cap %s is below base %s", ErrInvalidInput, p.Cap, p.Base)
 	case p.MaxAttempts < 1:
 		return fmt.Errorf("%w: max attempts must be at least 1, got %d", ErrInvalidInput, p.MaxAttempts)
+	case p.InfraWindow < 0:
+		return fmt.Errorf("%w: infrastructure retry window must not be negative, got %s", ErrInvalidInput, p.InfraWindow)
+	case p.InfraCap < 0:
+		return fmt.Errorf("%w: infrastructure retry cap must not be negative, got %s", ErrInvalidInput, p.InfraCap)
 	}
 	return nil
 }
@@ -148,8 +179,47 @@ func (p RetryPolicy) Decide(ce *ClassifiedError, attempts int, now time.Time) De
 	}
 }
 
+// DecideAttempt maps a failed attempt of job j to the next status. An
+// infrastructure failure backs off on its own budget (decideInfra); any
+// other failure is judged by Decide on the attempts that did not end on the
+// infrastructure, so an outage never uses up the job's attempts.
+func (p RetryPolicy) DecideAttempt(ce *ClassifiedError, j Job, attempt int, now time.Time) Decision {
+	if ce.Class == ClassTransient && ce.Infra {
+		return p.decideInfra(ce, j.InfraFailures+1, j.InfraSince, now)
+	}
+	return p.Decide(ce, max(attempt-j.InfraFailures, 1), now)
+}
+
+// decideInfra is the infrastructure budget: exponential full-jitter backoff
+// from Base, capped at InfraCap, for InfraWindow from the first failure of
+// the current run (since; zero means this one). The last retry is placed at
+// the window's end rather than beyond it; after the window the job is
+// dead-lettered (ReasonInfraUnavailable), which an operator can redrive.
+func (p RetryPolicy) decideInfra(ce *ClassifiedError, failures int, since, now time.Time) Decision {
+	window, capD := cmp.Or(p.InfraWindow, DefaultInfraWindow), cmp.Or(p.InfraCap, DefaultInfraCap)
+	if since.IsZero() {
+		since = now
+	}
+	end := since.Add(window)
+	if !now.Before(end) {
+		return Decision{Status: StatusDeadLettered, Reason: ReasonInfraUnavailable, RequiresAction: true}
+	}
+	ip := p
+	ip.Cap = max(min(capD, p.Cap), p.Base)
+	delay := max(ip.Backoff(failures), ce.RetryAfter)
+	next := now.Add(delay)
+	if next.After(end) {
+		next = end
+	}
+	return Decision{Status: StatusRetryWait, NextRunAt: next}
+}
+
 // Dead-letter reasons.
 const (
+	// ReasonInfraUnavailable: edgepipe's own infrastructure (object store,
+	// database, local disk) kept failing for the whole infrastructure
+	// retry window.
+	ReasonInfraUnavailable = "infrastructure_unavailable"
 	ReasonRetriesExhausted = "retries_exhausted"
 	ReasonUnboundVersion   = "unbound_version"
 	ReasonPoison           = "poison"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime/debug"
 	"path/filepath"
 	"sync"
 )
@@ -100,10 +101,10 @@ func download(ctx context.Context, objs ObjectStore, key, path string) (string, 
 			// asset row always has its object: this is an invariant breach.
 			return "", &ClassifiedError{Class: ClassAmbiguous, Code: "object_missing", Message: "a stored scene result is missing from object storage", Cause: err}
 		}
-		return "", &ClassifiedError{Class: ClassTransient, Code: "object_store_error", Message: "object storage did not answer", Cause: err}
+		return "", infraErr("object_store_error", "object storage did not answer", err)
 	}
 	if err := spoolTo(path, rc); err != nil {
-		return "", &ClassifiedError{Class: ClassTransient, Code: "object_store_error", Message: "object storage download broke off", Cause: err}
+		return "", infraErr("object_store_error", "object storage download broke off", err)
 	}
 	return path, nil
 }
@@ -143,6 +144,14 @@ func finalize(ctx context.Context, d FinalizeDeps, a *attempt, clips []string) (
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		// A panicking renderer must not take the process down: it fails
+		// the join (and so the upload), with its stack for the log.
+		defer func() {
+			if r := recover(); r != nil {
+				joinErr = fmt.Errorf("renderer panicked: %v\n%s", r, debug.Stack())
+				pw.CloseWithError(joinErr)
+			}
+		}()
 		joinErr = d.Renderer.JoinTo(joinCtx, clips, pw)
 		pw.CloseWithError(joinErr)
 	}()

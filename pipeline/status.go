@@ -46,6 +46,18 @@ func (s Status) Terminal() bool {
 	return false
 }
 
+// Final reports whether the job is over for good: succeeded, failed or
+// canceled. dead_lettered is terminal but not final (an operator may redrive
+// it), and needs_review waits for a decision: what a later attempt could
+// still use (a staged paid answer, a spooled one) must be kept for both.
+func (s Status) Final() bool {
+	switch s {
+	case StatusSucceeded, StatusFailed, StatusCanceled:
+		return true
+	}
+	return false
+}
+
 // Settled reports whether the job waits for nobody but a human: a terminal
 // status or needs_review. DESIGN §9.4: every accepted job ends settled.
 func (s Status) Settled() bool { return s.Terminal() || s == StatusNeedsReview }

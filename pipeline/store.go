@@ -1,9 +1,52 @@
 package pipeline
 
 import (
+	"context"
 	"encoding/json"
 	"time"
 )
+
+// Store is what the worker and the stages need from the job store (the
+// SQLite driver implements it). Every method that takes a Lease is fenced:
+// it fails with a *FenceError, writing nothing, once the attempt lost it.
+type Store interface {
+	Fetch(ctx context.Context, queue, owner string, max int, leaseFor time.Duration) ([]Claimed, FetchStats, error)
+	Heartbeat(ctx context.Context, lease Lease, leaseFor time.Duration) (Lease, error)
+	Finish(ctx context.Context, lease Lease, o Outcome) error
+	Release(ctx context.Context, lease Lease) error
+	CancelRequested(ctx context.Context, jobID string) (bool, error)
+	GetJob(ctx context.Context, id string) (Job, error)
+
+	FreezeInput(ctx context.Context, lease Lease, frozen json.RawMessage, unitsTotal int) (json.RawMessage, error)
+	StageFinished(ctx context.Context, lease Lease, stage string, unitsDone int, detail map[string]any) error
+	AppendEvent(ctx context.Context, lease Lease, kind string, detail any) error
+
+	PlanUnits(ctx context.Context, lease Lease, units []Unit) error
+	Units(ctx context.Context, jobID string) ([]Unit, error)
+	UpdateUnit(ctx context.Context, lease Lease, scene int, up UnitUpdate) error
+
+	RecordIntent(ctx context.Context, lease Lease, c ProviderCall) (int64, error)
+	FinishCall(ctx context.Context, id int64, status string, httpStatus int, errorCode, externalID string) error
+	ProviderCalls(ctx context.Context, jobID string, scene int, op string) ([]ProviderCall, error)
+	// SetCallStaged points a call row at the staged copy of its answer.
+	SetCallStaged(ctx context.Context, p *SetCallStagedParams) error
+	// StagedAnswers lists staged answers (of one job, or of final jobs).
+	StagedAnswers(ctx context.Context, p *StagedAnswersParams) ([]Asset, error)
+
+	ObjectLedger
+}
+
+// ObjectLedger is the database side of the object write protocol (DESIGN §7).
+type ObjectLedger interface {
+	GetAsset(ctx context.Context, key string) (Asset, error)
+	ClaimObject(ctx context.Context, lease Lease, key string) error
+	CommitAsset(ctx context.Context, lease Lease, a Asset) error
+	AbandonClaim(ctx context.Context, attemptID, key string) (deleteObject bool, err error)
+	FinishAbandon(ctx context.Context, attemptID, key string) error
+	// ReleaseStaged deletes a staged answer's asset row and leaves a
+	// 'deleting' claim for p.Owner until FinishAbandon.
+	ReleaseStaged(ctx context.Context, p *ReleaseStagedParams) (released bool, err error)
+}
 
 // NewJob is a job as submitted.
 type NewJob struct {
@@ -67,7 +110,7 @@ const (
 type Asset struct {
 	Key              string
 	JobID            string
-	Kind             string // image | speech | video | render
+	Kind             string // image | speech | video | render | staged
 	SizeBytes        int64
 	SHA256           string
 	ContentType      string
@@ -125,6 +168,37 @@ type ProviderCall struct {
 	ErrorCode      string
 	IntendedAt     time.Time
 	FinishedAt     time.Time
+	// StagedKey is the staging key of the call's answer once it was staged
+	// (docs/design.md §6); it stays as history after the staged copy was
+	// released.
+	StagedKey string
+}
+
+// KindStaged is the asset kind of a staged provider answer: a paid result
+// kept in the object store under StagingKey until the asset made from it
+// exists or the job is final.
+const KindStaged = "staged"
+
+// SetCallStagedParams are Store.SetCallStaged's.
+type SetCallStagedParams struct {
+	CallID int64
+	Key    string // an asset of kind KindStaged
+}
+
+// ReleaseStagedParams are ObjectLedger.ReleaseStaged's.
+type ReleaseStagedParams struct {
+	Key string
+	// Owner names the releaser in the 'deleting' claim (an attempt id, or
+	// the sweeper's run id); FinishAbandon(Owner, Key) ends it.
+	Owner string
+}
+
+// StagedAnswersParams select staged answers: JobID's, or with
+// FinalJobsOnly those of jobs that are over for good (JobID optional).
+type StagedAnswersParams struct {
+	JobID         string
+	FinalJobsOnly bool
+	Limit         int // default 1000
 }
 
 // MayHaveBilled reports whether the call may have been processed (and paid

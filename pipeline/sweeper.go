@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 )
 
@@ -20,7 +19,10 @@ type SweepLedger interface {
 	// new claims on it until FinishAbandon.
 	ClaimForSweep(ctx context.Context, sweeperID, key string) (bool, error)
 	KeyReferenced(ctx context.Context, key string) (bool, error)
-	FinishAbandon(ctx context.Context, attemptID, key string) error
+	// The staged answers of jobs that are over for good, released by each
+	// sweep (ObjectLedger.ReleaseStaged, FinishAbandon).
+	StagedAnswers(ctx context.Context, p *StagedAnswersParams) ([]Asset, error)
+	ObjectLedger
 }
 
 // SweeperConfig configures a Sweeper.
@@ -48,16 +50,17 @@ type SweepReport struct {
 	AbortedUploads  int      `json:"aborted_uploads"`
 	DryRun          bool     `json:"dry_run"`
 	SkippedInFlight int      `json:"skipped_in_flight"`
+	// StagedFinal counts staged answers of final jobs: released, or in a
+	// dry run, that would be.
+	StagedFinal int `json:"staged_final"`
 }
 
 // Sweeper removes objects that no asset row or live claim refers to, and
 // stale multipart uploads (DESIGN §7, invariant §9.2).
 type Sweeper struct {
-	cfg  SweeperConfig
-	id   string
-	mu   sync.Mutex
-	stop chan struct{}
-	done chan struct{}
+	cfg SweeperConfig
+	id  string
+	svc Service
 }
 
 // NewSweeper validates cfg.
@@ -95,6 +98,21 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 			return rep, fmt.Errorf("sweep: drop stale claims: %w", err)
 		}
 		rep.StaleClaims = len(keys)
+	}
+	// Paid answers kept for jobs that are over for good (a job failed by an
+	// operator, canceled while waiting, finished by a worker whose own
+	// release failed): nothing can use them any more.
+	staged, err := s.cfg.Ledger.StagedAnswers(ctx, &StagedAnswersParams{FinalJobsOnly: true})
+	if err != nil {
+		return rep, fmt.Errorf("sweep: staged answers: %w", err)
+	}
+	rep.StagedFinal = len(staged)
+	if !s.cfg.DryRun {
+		for _, a := range staged {
+			if err := releaseStaged(ctx, s.cfg.Ledger, s.cfg.Objects, s.id, a.Key); err != nil {
+				return rep, fmt.Errorf("sweep: release staged %s: %w", a.Key, err)
+			}
+		}
 	}
 	for _, prefix := range Prefixes {
 		var candidates []ObjectInfo
@@ -147,55 +165,27 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 		rep.AbortedUploads = n
 	}
 	s.cfg.Logger.Info("sweep finished", "scanned", rep.Scanned, "deleted", rep.Deleted, "orphans", len(rep.Orphans),
-		"stale_claims", rep.StaleClaims, "aborted_uploads", rep.AbortedUploads, "dry_run", rep.DryRun)
+		"stale_claims", rep.StaleClaims, "staged_final", rep.StagedFinal, "aborted_uploads", rep.AbortedUploads, "dry_run", rep.DryRun)
 	return rep, nil
 }
 
 // Start sweeps every Interval until Stop.
 func (s *Sweeper) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stop != nil {
-		return errors.New("sweeper: already started")
-	}
-	s.stop, s.done = make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(s.done)
+	return s.svc.Start(ctx, func(ctx context.Context) {
 		t := time.NewTicker(s.cfg.Interval)
 		defer t.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-s.stop:
-				return
 			case <-t.C:
-				if _, err := s.Sweep(ctx); err != nil {
+				if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
 					s.cfg.Logger.Warn("sweep failed", "err", err)
 				}
 			}
 		}
-	}()
-	return nil
+	})
 }
 
 // Stop ends the periodic sweep, waiting for a running one until ctx ends.
-func (s *Sweeper) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	stop, done := s.stop, s.done
-	s.mu.Unlock()
-	if stop == nil {
-		return nil
-	}
-	select {
-	case <-stop:
-	default:
-		close(stop)
-	}
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (s *Sweeper) Stop(ctx context.Context) error { return s.svc.Stop(ctx) }

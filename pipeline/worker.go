@@ -82,7 +82,7 @@ type Worker struct {
 	started  bool
 	stopping chan struct{} // closed by Stop: claim nothing more
 	runCtx   context.Context
-	abort    context.CancelFunc // cancels in-flight attempts (they release)
+	abort    context.CancelCauseFunc // cancels in-flight attempts (they release)
 	loopDone chan struct{}
 	inflight sync.WaitGroup
 }
@@ -106,10 +106,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.started = true
 	w.stopping = make(chan struct{})
 	w.loopDone = make(chan struct{})
-	w.runCtx, w.abort = context.WithCancel(context.WithoutCancel(ctx))
+	w.runCtx, w.abort = context.WithCancelCause(context.WithoutCancel(ctx))
 	go func() {
 		<-ctx.Done()
-		w.abort()
+		w.abort(ErrWorkerStopping)
 	}()
 	go w.loop()
 	go w.pruneLoop()
@@ -156,10 +156,10 @@ func (w *Worker) Stop(ctx context.Context) error {
 	go func() { w.inflight.Wait(); close(done) }()
 	select {
 	case <-done:
-		w.abort()
+		w.abort(ErrWorkerStopping)
 		return nil
 	case <-ctx.Done():
-		w.abort()
+		w.abort(ErrWorkerStopping)
 		<-done
 		return fmt.Errorf("worker: in-flight jobs released at shutdown deadline: %w", ctx.Err())
 	}
@@ -218,8 +218,10 @@ func (w *Worker) loop() {
 // outcome, or release the job if the worker is shutting down.
 func (w *Worker) run(c Claimed) {
 	log := w.log.With("job", c.Job.ID, "attempt", c.Lease.AttemptID)
-	ctx, cancel := context.WithCancel(w.runCtx)
-	defer cancel()
+	// The attempt's context is canceled with a cause (a lost lease, the
+	// worker stopping), which travels with it to wherever it stops.
+	ctx, cancel := context.WithCancelCause(w.runCtx)
+	defer cancel(nil)
 
 	var mu sync.Mutex
 	lease := c.Lease
@@ -245,7 +247,7 @@ func (w *Worker) run(c Claimed) {
 					mu.Lock()
 					lost = true
 					mu.Unlock()
-					cancel()
+					cancel(fe)
 					return
 				case err != nil:
 					log.Warn("heartbeat failed", "err", err)
@@ -259,7 +261,7 @@ func (w *Worker) run(c Claimed) {
 	}()
 
 	outcome, err := w.cfg.Engine.Run(ctx, c)
-	cancel()
+	cancel(nil)
 	<-hbDone
 	mu.Lock()
 	l, wasLost := lease, lost
@@ -285,10 +287,11 @@ func (w *Worker) run(c Claimed) {
 		log.Warn("recording the outcome failed", "status", outcome.Status, "err", err)
 		return
 	}
-	if outcome.Status.Terminal() {
-		// needs_review keeps its spool: a human may retry, and a paid
-		// result on disk must then be used rather than paid for again.
-		w.cfg.Engine.Forget(c.Job.ID)
+	// Only a job over for good drops its kept answers: dead_lettered and
+	// needs_review keep them (Forget checks), since a redrive or a retry
+	// must use a paid answer rather than pay for it again.
+	if err := w.cfg.Engine.Forget(bg, c.Job.ID, outcome.Status); err != nil {
+		log.Warn("releasing the job's staged answers failed; the sweeper will", "err", err)
 	}
 	log.Info("attempt finished", "status", outcome.Status, "code", outcome.ErrorCode)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"time"
 )
 
 // writeObject stores r under key by the write protocol of DESIGN §7:
@@ -22,11 +23,8 @@ func writeObject(ctx context.Context, led ObjectLedger, objs ObjectStore, lease 
 	} else if !errors.Is(err, ErrNotFound) {
 		return Asset{}, false, storeErr(err)
 	}
-	if err := led.ClaimObject(ctx, lease, key); err != nil {
-		if errors.Is(err, ErrClaimConflict) {
-			return Asset{}, false, &ClassifiedError{Class: ClassTransient, Code: "object_busy", Message: "another attempt is cleaning up this object; retrying later", Cause: err}
-		}
-		return Asset{}, false, storeErr(err)
+	if err := claimKey(ctx, led, objs, lease, key); err != nil {
+		return Asset{}, false, err
 	}
 	if err := callFP(ctx, fp, "after_claim_object"); err != nil {
 		return Asset{}, false, errors.Join(err, abandon(ctx, led, objs, lease.AttemptID, key))
@@ -41,7 +39,14 @@ func writeObject(ctx context.Context, led ObjectLedger, objs ObjectStore, lease 
 				return a, true, storeErr(aerr)
 			}
 		}
-		aerr := abandon(ctx, led, objs, lease.AttemptID, key)
+		var aerr error
+		if errors.Is(err, ErrAlreadyExists) {
+			aerr = abandon(ctx, led, objs, lease.AttemptID, key)
+		} else {
+			// A failed Put leaves no object (Puts are atomic): nothing to
+			// delete, so no delete can fail and wedge the key.
+			aerr = forgetClaim(ctx, led, lease.AttemptID, key)
+		}
 		var pe *sourceError
 		if errors.As(err, &pe) {
 			// The reader failed, not the store: its error goes up as is,
@@ -50,17 +55,15 @@ func writeObject(ctx context.Context, led ObjectLedger, objs ObjectStore, lease 
 			return Asset{}, false, errors.Join(pe, aerr)
 		}
 		if errors.Is(err, ErrAlreadyExists) {
-			return Asset{}, false, errors.Join(&ClassifiedError{Class: ClassTransient, Code: "object_busy",
-				Message: "another attempt is writing this object; retrying later", Cause: err}, aerr)
+			return Asset{}, false, errors.Join(infraErr("object_busy", "another attempt is writing this object; retrying later", err), aerr)
 		}
-		return Asset{}, false, errors.Join(&ClassifiedError{Class: ClassTransient, Code: "object_store_error",
-			Message: "the object store did not accept the upload", Cause: err}, aerr)
+		return Asset{}, false, errors.Join(infraErr("object_store_error", "the object store did not accept the upload", err), aerr)
 	}
 	sum := hex.EncodeToString(hr.h.Sum(nil))
 	if info.SHA256 != "" && info.SHA256 != sum || info.Size != hr.n {
 		aerr := abandon(ctx, led, objs, lease.AttemptID, key)
-		return Asset{}, false, errors.Join(&ClassifiedError{Class: ClassTransient, Code: "object_integrity",
-			Message: "the stored object did not match what was sent", Cause: fmt.Errorf("stored %d bytes %s, sent %d bytes %s", info.Size, info.SHA256, hr.n, sum)}, aerr)
+		return Asset{}, false, errors.Join(infraErr("object_integrity",
+			"the stored object did not match what was sent", fmt.Errorf("stored %d bytes %s, sent %d bytes %s", info.Size, info.SHA256, hr.n, sum)), aerr)
 	}
 	if err := callFP(ctx, fp, "after_upload_before_asset"); err != nil {
 		return Asset{}, false, errors.Join(err, abandon(ctx, led, objs, lease.AttemptID, key))
@@ -77,17 +80,99 @@ func writeObject(ctx context.Context, led ObjectLedger, objs ObjectStore, lease 
 // abandon undoes this attempt's claim, deleting the object when the ledger
 // decides nobody else refers to it. It uses a context that outlives a
 // canceled attempt: cleanup must run precisely when the attempt is dying.
+// If the delete keeps failing, the claim stays 'deleting': once this
+// attempt's lease is dead and StaleDeleteAfter has passed, the next writer
+// of the key takes the cleanup over (ClaimObject), and an object nobody
+// deletes is the sweeper's (invariant 2 allows it).
 func abandon(ctx context.Context, led ObjectLedger, objs ObjectStore, attemptID, key string) error {
 	ctx = context.WithoutCancel(ctx)
 	del, err := led.AbandonClaim(ctx, attemptID, key)
 	if err != nil || !del {
 		return err
 	}
-	if err := objs.Delete(ctx, key); err != nil {
-		// The claim stays 'deleting'; the sweeper finishes the job.
+	if err := deleteObject(ctx, objs, key); err != nil {
 		return fmt.Errorf("delete abandoned object %s: %w", key, err)
 	}
 	return led.FinishAbandon(ctx, attemptID, key)
+}
+
+// forgetClaim drops this attempt's claim on a key it never wrote.
+func forgetClaim(ctx context.Context, led ObjectLedger, attemptID, key string) error {
+	ctx = context.WithoutCancel(ctx)
+	del, err := led.AbandonClaim(ctx, attemptID, key)
+	if err != nil || !del {
+		return err
+	}
+	return led.FinishAbandon(ctx, attemptID, key)
+}
+
+// Deletes in cleanup are retried, each bounded, so that together they end
+// well within StaleDeleteAfter: a dead attempt's delete can then no longer
+// be in flight when another writer takes its cleanup over.
+const (
+	deleteTries   = 3
+	deleteTimeout = 20 * time.Second
+)
+
+// deleteObject deletes key, retrying a failure with a short backoff.
+func deleteObject(ctx context.Context, objs ObjectStore, key string) error {
+	var err error
+	for try := range deleteTries {
+		if try > 0 {
+			if serr := sleepCtx(ctx, time.Duration(try)*300*time.Millisecond); serr != nil {
+				return errors.Join(err, serr)
+			}
+		}
+		dctx, cancel := context.WithTimeout(ctx, deleteTimeout)
+		err = objs.Delete(dctx, key)
+		cancel()
+		if err == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+// claimKey claims key for lease (ClaimObject). When the ledger hands over
+// the dead cleanup of an earlier attempt (ErrClaimTakenOver), it finishes
+// that cleanup — deletes the object, ends the 'deleting' claim — and claims
+// again.
+func claimKey(ctx context.Context, led ObjectLedger, objs ObjectStore, lease Lease, key string) error {
+	for range 2 {
+		err := led.ClaimObject(ctx, lease, key)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, ErrClaimTakenOver):
+			if derr := deleteObject(context.WithoutCancel(ctx), objs, key); derr != nil {
+				return infraErr("object_store_error", "object storage did not delete an abandoned object; retrying later", derr)
+			}
+			if ferr := led.FinishAbandon(context.WithoutCancel(ctx), lease.AttemptID, key); ferr != nil {
+				return storeErr(ferr)
+			}
+		case errors.Is(err, ErrClaimConflict):
+			return infraErr("object_busy", "another attempt is cleaning up this object; retrying later", err)
+		default:
+			return storeErr(err)
+		}
+	}
+	return infraErr("object_busy", "another attempt is cleaning up this object; retrying later", ErrClaimConflict)
+}
+
+// releaseStaged removes a staged answer that is no longer needed: its
+// asset row goes and a 'deleting' claim comes in one transaction, then the
+// object is deleted and the claim ended. A failed delete leaves the claim
+// and the object to the sweeper.
+func releaseStaged(ctx context.Context, led ObjectLedger, objs ObjectStore, owner, key string) error {
+	ctx = context.WithoutCancel(ctx)
+	ok, err := led.ReleaseStaged(ctx, &ReleaseStagedParams{Key: key, Owner: owner})
+	if err != nil || !ok {
+		return err
+	}
+	if err := deleteObject(ctx, objs, key); err != nil {
+		return fmt.Errorf("delete staged answer %s: %w", key, err)
+	}
+	return led.FinishAbandon(ctx, owner, key)
 }
 
 func callFP(ctx context.Context, fp Failpoint, name string) error {
@@ -109,7 +194,7 @@ func storeErr(err error) error {
 	if errors.As(err, &ce) {
 		return err
 	}
-	return &ClassifiedError{Class: ClassTransient, Code: "store_unavailable", Message: "the job store did not answer", Cause: err}
+	return infraErr("store_unavailable", "the job store did not answer", err)
 }
 
 type hashingReader struct {
@@ -153,15 +238,12 @@ func adoptObject(ctx context.Context, led ObjectLedger, objs ObjectStore, lease 
 	if _, err := objs.Head(ctx, key); errors.Is(err, ErrNotFound) {
 		return Asset{}, false, nil // the common case: costs one HEAD
 	} else if err != nil {
-		return Asset{}, false, &ClassifiedError{Class: ClassTransient, Code: "object_store_error", Message: "object storage did not answer", Cause: err}
+		return Asset{}, false, infraErr("object_store_error", "object storage did not answer", err)
 	}
 	// Claim before looking again, so the sweeper cannot delete the object
 	// between our look and our asset row.
-	if err := led.ClaimObject(ctx, lease, key); err != nil {
-		if errors.Is(err, ErrClaimConflict) {
-			return Asset{}, false, &ClassifiedError{Class: ClassTransient, Code: "object_busy", Message: "another attempt is cleaning up this object; retrying later", Cause: err}
-		}
-		return Asset{}, false, storeErr(err)
+	if err := claimKey(ctx, led, objs, lease, key); err != nil {
+		return Asset{}, false, err
 	}
 	if a, err := led.GetAsset(ctx, key); err == nil { // committed meanwhile
 		_, aerr := led.AbandonClaim(ctx, lease.AttemptID, key)
@@ -172,15 +254,15 @@ func adoptObject(ctx context.Context, led ObjectLedger, objs ObjectStore, lease 
 		return Asset{}, false, storeErr(abandon(ctx, led, objs, lease.AttemptID, key))
 	}
 	if err != nil {
-		return Asset{}, false, errors.Join(&ClassifiedError{Class: ClassTransient, Code: "object_store_error", Message: "object storage did not answer", Cause: err},
-			abandon(ctx, led, objs, lease.AttemptID, key))
+		return Asset{}, false, errors.Join(infraErr("object_store_error", "object storage did not answer", err),
+			forgetClaim(ctx, led, lease.AttemptID, key))
 	}
 	hr := &hashingReader{r: rc, h: sha256.New()}
 	_, err = io.Copy(io.Discard, hr)
 	rc.Close()
 	if err != nil {
-		return Asset{}, false, errors.Join(&ClassifiedError{Class: ClassTransient, Code: "object_store_error", Message: "object storage download broke off", Cause: err},
-			abandon(ctx, led, objs, lease.AttemptID, key))
+		return Asset{}, false, errors.Join(infraErr("object_store_error", "object storage download broke off", err),
+			forgetClaim(ctx, led, lease.AttemptID, key))
 	}
 	a := Asset{Key: key, JobID: lease.JobID, Kind: kind, SizeBytes: hr.n, SHA256: hex.EncodeToString(hr.h.Sum(nil)), ContentType: contentType, DurationMS: durationMS}
 	if err := led.CommitAsset(ctx, lease, a); err != nil {

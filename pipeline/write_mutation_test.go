@@ -103,9 +103,10 @@ func TestWriteObjectCommitFailureIsNotSuccess(t *testing.T) {
 	if err != nil || o.Status != pipeline.StatusSucceeded {
 		t.Fatalf("outcome %+v, %v; want success after retrying the write", o, err)
 	}
-	// image ×2 (the failed and the retried commit) and the render.
-	if n := fc.commits.Load(); n != 3 {
-		t.Errorf("%d commits, want 3", n)
+	// The staged answer ×2 (the failed and the retried commit), the image
+	// and the render.
+	if n := fc.commits.Load(); n != 4 {
+		t.Errorf("%d commits, want 4", n)
 	}
 	units, err := h.store.Units(context.Background(), "v1-commit")
 	if err != nil || len(units) != 1 {

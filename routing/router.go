@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 
 	"edgepipe/pipeline"
 )
@@ -43,10 +44,12 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate checks the percentage range and that every version NewID can mint
-// is bound: a deployment that mints v2 ids without serving v2 would
-// dead-letter its own traffic, so it refuses to start instead. Errors wrap
-// pipeline.ErrInvalidInput.
+// Validate checks the percentage range and the bindings' versions. Errors
+// wrap pipeline.ErrInvalidInput. A rollout that mints ids of a version this
+// process does not bind is not an error (see Warnings): another process of
+// the deployment may bind it, and if none does, those jobs are
+// dead-lettered (unbound_version) at submission, never run as another
+// version (docs/design.md §4).
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	if c.RolloutPercent < 0 || c.RolloutPercent > 100 {
@@ -58,15 +61,25 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s: %w", EnvBindings, err)
 		}
 	}
+	return nil
+}
+
+// Warnings are what an operator must hear loudly at start-up: versions new
+// ids are minted for that this process does not bind. Their jobs run only
+// if another live process binds the version; otherwise they are
+// dead-lettered unbound_version and can be redriven once it is bound.
+func (c Config) Warnings() []string {
+	c = c.withDefaults()
+	var out []string
 	if c.RolloutPercent > 0 && !c.Bindings.Has(V2) {
-		return fmt.Errorf("%w: %s=%d sends new jobs to v2, but %s=%s does not bind v2",
-			pipeline.ErrInvalidInput, EnvRolloutPercent, c.RolloutPercent, EnvBindings, c.Bindings)
+		out = append(out, fmt.Sprintf("%s=%d sends new jobs to v2, but %s=%s does not bind v2: unless another process binds it, those jobs are dead-lettered (unbound_version), never run as v1",
+			EnvRolloutPercent, c.RolloutPercent, EnvBindings, c.Bindings))
 	}
 	if c.RolloutPercent < 100 && !c.Bindings.Has(V1) {
-		return fmt.Errorf("%w: %s=%d sends new jobs to v1, but %s=%s does not bind v1",
-			pipeline.ErrInvalidInput, EnvRolloutPercent, c.RolloutPercent, EnvBindings, c.Bindings)
+		out = append(out, fmt.Sprintf("%s=%d sends new jobs to v1, but %s=%s does not bind v1: unless another process binds it, those jobs are dead-lettered (unbound_version)",
+			EnvRolloutPercent, c.RolloutPercent, EnvBindings, c.Bindings))
 	}
-	return nil
+	return out
 }
 
 // Router mints version-prefixed ids and routes ids to queues. It is immutable
@@ -122,6 +135,18 @@ type Decision struct {
 	// Detail is an operator-facing explanation. It quotes the id, which is
 	// ours and safe to show, and nothing else from outside.
 	Detail string
+}
+
+// RouteLive is Route against the deployment's bindings: this router's own
+// and live, the versions bound by the deployment's live processes
+// (pipeline.PresenceStore.LiveBindings). A job is dead-lettered
+// unbound_version only when no live process binds its version.
+func (r *Router) RouteLive(id string, live []string) Decision {
+	d := r.Route(id)
+	if d.DeadLetter && d.Reason == pipeline.ReasonUnboundVersion && d.Version != "" && slices.Contains(live, d.Version) {
+		return Decision{Version: d.Version, Queue: QueueName(d.Version)}
+	}
+	return d
 }
 
 // Route decides the queue for id from its prefix alone. A version that is not

@@ -190,9 +190,11 @@ func TestConfigValidate(t *testing.T) {
 		{"v1 only at 0", 0, "v1", ""},
 		{"negative", -1, "", "0 to 100"},
 		{"over 100", 101, "", "0 to 100"},
-		{"rollout without v2", 1, "v1", "does not bind v2"},
-		{"v1 traffic without v1", 99, "v2", "does not bind v1"},
-		{"rollout 0 without v1", 0, "v2,v3", "does not bind v1"},
+		// A rollout towards a version this process does not bind starts
+		// (another process may bind it); Warnings says so loudly.
+		{"rollout without v2", 1, "v1", ""},
+		{"v1 traffic without v1", 99, "v2", ""},
+		{"rollout 0 without v1", 0, "v2,v3", ""},
 	}
 	for _, tt := range tests {
 		cfg := Config{RolloutPercent: tt.pct, Bindings: mustBindings(t, tt.bindings)}
@@ -225,6 +227,67 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// A rollout that mints ids of a version this process does not bind is a
+// loud warning, not a refusal to start (docs/design.md §4).
+func TestConfigWarnings(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		pct      int
+		bindings string
+		want     []string
+	}{
+		{0, "", nil},
+		{37, "v1,v2", nil},
+		{100, "v1", []string{"does not bind v2"}},
+		{50, "v2", []string{"does not bind v1"}},
+		{0, "v2", []string{"does not bind v1"}},
+		{100, "v2", nil},
+	} {
+		got := Config{RolloutPercent: tt.pct, Bindings: mustBindings(t, tt.bindings)}.Warnings()
+		if len(got) != len(tt.want) {
+			t.Errorf("pct %d bindings %q: warnings %q, want %d", tt.pct, tt.bindings, got, len(tt.want))
+			continue
+		}
+		for i := range got {
+			if !strings.Contains(got[i], tt.want[i]) || !strings.Contains(got[i], "dead-lettered") {
+				t.Errorf("pct %d bindings %q: warning %q, want it to mention %q and the dead-letter queue", tt.pct, tt.bindings, got[i], tt.want[i])
+			}
+		}
+	}
+}
+
+// RouteLive runs a job whose version this process does not bind when a live
+// process of the deployment binds it, and dead-letters it otherwise — never
+// routing it to another version.
+func TestRouteLive(t *testing.T) {
+	t.Parallel()
+	r, err := NewRouter(Config{RolloutPercent: 100, Bindings: mustBindings(t, "v1")})
+	if err != nil {
+		t.Fatalf("a rollout to an unbound version must start: %v", err)
+	}
+	for _, tt := range []struct {
+		id        string
+		live      []string
+		wantQueue string
+		wantDL    bool
+	}{
+		{"v2-a", nil, "", true},
+		{"v2-a", []string{"v1"}, "", true},
+		{"v2-a", []string{"v2"}, "render-v2", false},
+		{"v1-a", nil, "render-v1", false},
+		{"v3-a", []string{"v1", "v2"}, "", true},
+		{"v3-a", []string{"v3"}, "render-v3", false},
+	} {
+		d := r.RouteLive(tt.id, tt.live)
+		if d.DeadLetter != tt.wantDL || d.Queue != tt.wantQueue {
+			t.Errorf("RouteLive(%s, %v) = %+v, want queue %q dead-letter %v", tt.id, tt.live, d, tt.wantQueue, tt.wantDL)
+		}
+		if d.DeadLetter && d.Reason != pipeline.ReasonUnboundVersion {
+			t.Errorf("RouteLive(%s, %v) reason %q, want unbound_version", tt.id, tt.live, d.Reason)
+		}
+	}
+}
+
 func TestConfigFromEnv(t *testing.T) {
 	t.Parallel()
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -239,10 +302,15 @@ func TestConfigFromEnv(t *testing.T) {
 	for _, m := range []map[string]string{
 		{EnvRolloutPercent: "abc"},
 		{EnvBindings: "x"},
-		{EnvRolloutPercent: "50", EnvBindings: "v1"},
+		{EnvRolloutPercent: "101"},
 	} {
 		if _, err := ConfigFromEnv(env(m)); !errors.Is(err, pipeline.ErrInvalidInput) {
 			t.Errorf("ConfigFromEnv(%v) = %v, want ErrInvalidInput", m, err)
 		}
+	}
+	// A rollout to a version this process does not bind starts, warned.
+	cfg, err = ConfigFromEnv(env(map[string]string{EnvRolloutPercent: "100", EnvBindings: "v1"}))
+	if err != nil || len(cfg.Warnings()) != 1 {
+		t.Errorf("100/v1: %+v, %v, warnings %q; want it to start with one warning", cfg, err, cfg.Warnings())
 	}
 }

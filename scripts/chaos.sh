@@ -8,8 +8,10 @@
 #                             the fault proxy, SQLite busy, disk full), then the
 #                             2,000-job soak on its own so its figures are not
 #                             disturbed by the other suites
-#   scripts/chaos.sh --ci     CI on every run: the shortened crash matrix only
-#                             (every failpoint × v1,v2, crash@1, 2 jobs a case)
+#   scripts/chaos.sh --ci     CI on every run: the shortened crash matrix
+#                             (every failpoint × v1,v2, crash@1, 2 jobs a case),
+#                             the storage outage shortened to 60 s, and the
+#                             wiped-spool kills
 #
 #   CHAOS_FULL=1              the full crash matrix (× crash@1,@3, 5 jobs a
 #                             case), with or without --ci
@@ -17,6 +19,8 @@
 #   CHAOS_RACE=1              build edgepipe with -race; any report fails
 #   CHAOS_LOG_DIR=dir         keep every process log and data directory
 #   CHAOS_PARALLEL=N          cases run at once (default 3)
+#   CHAOS_OUTAGE=DUR          how long TestStorageOutage stops MinIO (default
+#                             5m; 60s with --ci)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$HOME/go/bin:$PATH"
@@ -30,9 +34,9 @@ case "${1:-}" in
 esac
 
 ./scripts/setup.sh
-# MinIO for the storage fault suite (built once and cached, as .ci/run does).
+# MinIO for the storage suites (built once and cached, as .ci/run does).
 export EDGEPIPE_MINIO_BIN="${EDGEPIPE_MINIO_BIN:-$HOME/.cache/edgepipe-bin/minio}"
-if [ "$mode" = all ] && [ ! -x "$EDGEPIPE_MINIO_BIN" ]; then
+if [ ! -x "$EDGEPIPE_MINIO_BIN" ]; then
   echo "== building MinIO server (cached in $(dirname "$EDGEPIPE_MINIO_BIN"))"
   mkdir -p "$(dirname "$EDGEPIPE_MINIO_BIN")"
   CGO_ENABLED=0 GOBIN="$(dirname "$EDGEPIPE_MINIO_BIN")" go install github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c
@@ -58,9 +62,11 @@ rc=0
 if [ "$mode" = ci ]; then
   echo "== chaos: crash matrix ($([ -n "${CHAOS_FULL:-}" ] && echo full || echo shortened))"
   chaos_test -run '^TestCrashMatrix$' -parallel "$parallel" -timeout 40m || rc=1
+  echo "== chaos: storage outage (${CHAOS_OUTAGE:-60s}) and wiped spool after kills"
+  CHAOS_OUTAGE="${CHAOS_OUTAGE:-60s}" chaos_test -run '^(TestStorageOutage|TestWipedSpoolAfterKill)$' -parallel 2 -timeout 30m || rc=1
 else
-  echo "== chaos: crash matrix, random kills, storage faults"
-  chaos_test -run '^(TestCrashMatrix|TestRandomKills|TestStorageFaults|TestSQLiteBusy|TestStoreBusyBeforePrepare|TestDiskFull)$' \
+  echo "== chaos: crash matrix, random kills, storage faults and outage, wiped spool"
+  chaos_test -run '^(TestCrashMatrix|TestRandomKills|TestStorageFaults|TestStorageOutage|TestWipedSpoolAfterKill|TestSQLiteBusy|TestStoreBusyBeforePrepare|TestDiskFull)$' \
     -parallel "$parallel" -timeout 60m || rc=1
   # The soak runs even when something above failed: its figures are part
   # of the report either way.

@@ -58,13 +58,11 @@ func (e *cliEnv) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	// Jobs queued for a version this deployment no longer binds would wait
-	// forever: park them where an operator sees them (DESIGN §4).
-	if n, err := a.Store.DeadLetterUnbound(ctx, a.Queues()); err != nil {
-		return err
-	} else if n > 0 {
-		log.Warn("queued jobs of unbound versions moved to the dead-letter queue", "jobs", n, "bound", strings.Join(a.Queues(), ","))
-	}
+	// Start-up dead-letters nothing: a job queued for a version this
+	// process does not bind may be another live process's work (a rolling
+	// upgrade has exactly this shape). Unbound versions are dead-lettered
+	// when a job is routed at submission against the bindings of every
+	// live process (docs/design.md §4).
 	log.Info("edgepipe serving", "addr", parts.Listener.Addr().String(), "workers", cfg.Workers,
 		"queues", strings.Join(a.Queues(), ","), "store", cfg.Store, "v2_rollout_percent", cfg.Routing.RolloutPercent)
 	return parts.Run(ctx, log, *grace)

@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -45,6 +48,9 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	var err error
 	if a.Router, err = routing.NewRouter(cfg.Routing); err != nil {
 		return nil, err
+	}
+	for _, w := range cfg.Routing.Warnings() {
+		log.Warn("ROLLOUT POINTS AT AN UNBOUND VERSION: " + w)
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("EDGEPIPE_DATA_DIR: %w", err)
@@ -123,9 +129,29 @@ type Parts struct {
 	Worker     *pipeline.Worker
 	Sweeper    *pipeline.Sweeper
 	Dispatcher *webhook.Dispatcher
-	API        *api.Server
-	HTTP       *http.Server
-	Listener   net.Listener
+	// Presence announces this process's bindings (with workers).
+	Presence *pipeline.Presence
+	API      *api.Server
+	HTTP     *http.Server
+	Listener net.Listener
+}
+
+// services are the parts with the Start/Stop lifecycle, in start order.
+func (p *Parts) services() []pipeline.Starter {
+	var out []pipeline.Starter
+	if p.Presence != nil {
+		out = append(out, p.Presence)
+	}
+	if p.Worker != nil {
+		out = append(out, p.Worker)
+	}
+	if p.Sweeper != nil {
+		out = append(out, p.Sweeper)
+	}
+	if p.Dispatcher != nil {
+		out = append(out, p.Dispatcher)
+	}
+	return out
 }
 
 // providers returns the configured provider adapter, starting the
@@ -197,18 +223,35 @@ func (a *App) Build(ctx context.Context, withAPI, withSweeper bool, workers int)
 		}
 		engine, err := pipeline.NewEngine(pipeline.EngineConfig{
 			Store: a.Store, Objects: a.Objects, Providers: prov, Renderers: render.Factory(rc),
-			Retry:  pipeline.RetryPolicy{Base: a.Cfg.RetryBase, Cap: a.Cfg.RetryCap, MaxAttempts: a.Cfg.RetryMax},
-			Logger: a.Log, TempDir: os.TempDir(), SpoolDir: filepath.Join(a.Cfg.DataDir, "spool"), Failpoint: fps.Func(), Metrics: a.Metrics,
+			Retry: pipeline.RetryPolicy{Base: a.Cfg.RetryBase, Cap: a.Cfg.RetryCap, MaxAttempts: a.Cfg.RetryMax,
+				InfraWindow: a.Cfg.InfraWindow, InfraCap: a.Cfg.InfraCap},
+			UnitConcurrency: a.Cfg.UnitConcurrency,
+			Logger:          a.Log, TempDir: os.TempDir(), SpoolDir: filepath.Join(a.Cfg.DataDir, "spool"), Failpoint: fps.Func(), Metrics: a.Metrics,
 		})
 		if err != nil {
 			return nil, err
 		}
 		host, _ := os.Hostname()
+		owner := host + ":" + strconv.Itoa(os.Getpid())
 		p.Worker, err = pipeline.NewWorker(pipeline.WorkerConfig{
-			Store: a.Store, Engine: engine, Queues: a.Queues(), Owner: host + ":" + strconv.Itoa(os.Getpid()),
+			Store: a.Store, Engine: engine, Queues: a.Queues(), Owner: owner,
 			Concurrency: workers, LeaseFor: a.Cfg.LeaseFor, Logger: a.Log, Failpoint: fps.Func(),
 		})
 		if err != nil {
+			return nil, err
+		}
+		role := "worker"
+		if withAPI {
+			role = "serve"
+		}
+		var bound []string
+		for _, v := range a.Cfg.Routing.Bindings.Versions() {
+			if _, ok := pipeline.Workflows[v]; ok {
+				bound = append(bound, v)
+			}
+		}
+		if p.Presence, err = pipeline.NewPresence(pipeline.PresenceConfig{Store: a.Store, ProcessID: owner + ":" + randomID(),
+			Role: role, Versions: bound, Logger: a.Log}); err != nil {
 			return nil, err
 		}
 	}
@@ -232,7 +275,7 @@ func (a *App) Build(ctx context.Context, withAPI, withSweeper bool, workers int)
 		}
 	}
 	if withAPI {
-		p.API, err = api.New(api.Config{Store: a.Store, Objects: a.Objects, Router: a.Router, Tokens: a.Cfg.Tokens,
+		p.API, err = api.New(api.Config{Store: a.Store, Objects: a.Objects, Router: a.Router, Presence: a.Store, Tokens: a.Cfg.Tokens,
 			AdminToken: a.Cfg.AdminToken, AllowPrivateWebhooks: a.Cfg.AllowPrivate, Logger: a.Log, Metrics: a.Metrics})
 		if err != nil {
 			return nil, err
@@ -261,20 +304,8 @@ func (p *Parts) Run(ctx context.Context, log *slog.Logger, grace time.Duration) 
 			}
 		}()
 	}
-	if p.Worker != nil {
-		if err := p.Worker.Start(bg); err != nil {
-			return err
-		}
-	}
-	if p.Sweeper != nil {
-		if err := p.Sweeper.Start(bg); err != nil {
-			return err
-		}
-	}
-	if p.Dispatcher != nil {
-		if err := p.Dispatcher.Start(bg); err != nil {
-			return err
-		}
+	if err := pipeline.StartAll(bg, p.services()...); err != nil {
+		return err
 	}
 	var runErr error
 	select {
@@ -288,18 +319,29 @@ func (p *Parts) Run(ctx context.Context, log *slog.Logger, grace time.Duration) 
 	if p.HTTP != nil {
 		errs = append(errs, ignoreClosed(p.HTTP.Shutdown(sctx)))
 	}
+	// The worker first (stop claiming, let in-flight jobs finish within
+	// the grace period), then the rest; the bindings are withdrawn last.
+	svcs := p.services()
+	slices.Reverse(svcs)
 	if p.Worker != nil {
 		if err := p.Worker.Stop(sctx); err != nil {
 			log.Warn("worker stop", "err", err)
 		}
 	}
-	if p.Sweeper != nil {
-		errs = append(errs, p.Sweeper.Stop(sctx))
-	}
-	if p.Dispatcher != nil {
-		errs = append(errs, p.Dispatcher.Stop(sctx))
+	for _, svc := range svcs {
+		if svc != pipeline.Starter(p.Worker) {
+			errs = append(errs, svc.Stop(sctx))
+		}
 	}
 	return errors.Join(append(errs, runErr)...)
+}
+
+// randomID distinguishes two processes with the same host and pid (a
+// container restarted with pid 1).
+func randomID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 func ignoreClosed(err error) error {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"edgepipe/api"
+	"edgepipe/pipeline"
 	"edgepipe/routing"
 )
 
@@ -25,12 +26,13 @@ var Known = []string{
 	"EDGEPIPE_S3_ENDPOINT", "EDGEPIPE_S3_PUBLIC_ENDPOINT", "EDGEPIPE_S3_BUCKET", "EDGEPIPE_S3_ACCESS_KEY",
 	"EDGEPIPE_S3_SECRET_KEY", "EDGEPIPE_S3_REGION", "EDGEPIPE_S3_PREFIX", "EDGEPIPE_S3_CREATE_BUCKET",
 	"EDGEPIPE_S3_PATH_STYLE", "EDGEPIPE_S3_PART_SIZE_MIB", "EDGEPIPE_S3_CONCURRENCY", "EDGEPIPE_S3_SIGN_PAYLOAD",
-	"EDGEPIPE_BINDINGS", "EDGEPIPE_WORKERS", "EDGEPIPE_TOKENS", "EDGEPIPE_ADMIN_TOKEN",
+	"EDGEPIPE_BINDINGS", "EDGEPIPE_WORKERS", "EDGEPIPE_UNIT_CONCURRENCY", "EDGEPIPE_TOKENS", "EDGEPIPE_ADMIN_TOKEN",
 	"EDGEPIPE_PROVIDER_URL", "EDGEPIPE_PROVIDER_TIMEOUT",
 	"EDGEPIPE_FAKE_FAULTS", "EDGEPIPE_FAKE_SEED", "EDGEPIPE_FAKE_VIDEO_PROCESSING",
 	"EDGEPIPE_FFMPEG", "EDGEPIPE_FFPROBE", "EDGEPIPE_RENDER_PRESET",
 	"EDGEPIPE_LEASE", "EDGEPIPE_SWEEP_INTERVAL", "EDGEPIPE_SWEEP_GRACE",
 	"EDGEPIPE_RETRY_BASE", "EDGEPIPE_RETRY_CAP", "EDGEPIPE_RETRY_MAX_ATTEMPTS",
+	"EDGEPIPE_INFRA_RETRY_WINDOW", "EDGEPIPE_INFRA_RETRY_CAP",
 	"EDGEPIPE_FAILPOINTS", "EDGEPIPE_LOG_LEVEL", "EDGEPIPE_WEBHOOK_SECRET", "EDGEPIPE_ALLOW_PRIVATE_WEBHOOKS",
 	"EDGEPIPE_URL", "EDGEPIPE_TOKEN", // client commands (submit, status, ...)
 	"EDGEPIPE_MINIO_BIN", "EDGEPIPE_BASE_IMAGE", "EDGEPIPE_MINIO_IMAGE", "EDGEPIPE_IMAGE", // tests and images
@@ -45,8 +47,10 @@ type Config struct {
 	ObjectsDir string
 	Routing    routing.Config
 	Workers    int
-	Tokens     map[string]string
-	AdminToken string
+	// UnitConcurrency bounds the scenes one job generates at once.
+	UnitConcurrency int
+	Tokens          map[string]string
+	AdminToken      string
 	// ProviderURL empty → in-process fake providers on loopback.
 	ProviderURL   string
 	LeaseFor      time.Duration
@@ -55,6 +59,10 @@ type Config struct {
 	RetryBase     time.Duration
 	RetryCap      time.Duration
 	RetryMax      int
+	// InfraWindow and InfraCap are the infrastructure budget
+	// (pipeline.RetryPolicy).
+	InfraWindow   time.Duration
+	InfraCap      time.Duration
 	Failpoints    string
 	LogLevel      slog.Level
 	WebhookSecret string
@@ -90,6 +98,9 @@ func FromEnv(getenv func(string) string, environ []string) (Config, error) {
 	if c.Routing, err = routing.ConfigFromEnv(getenv); err != nil {
 		return c, err
 	}
+	if c.UnitConcurrency, err = intSetting(getenv, "EDGEPIPE_UNIT_CONCURRENCY", pipeline.DefaultUnitConcurrency, 1, 64); err != nil {
+		return c, err
+	}
 	if c.Workers, err = intSetting(getenv, "EDGEPIPE_WORKERS", 2, 0, 256); err != nil {
 		return c, err
 	}
@@ -109,6 +120,8 @@ func FromEnv(getenv func(string) string, environ []string) (Config, error) {
 		{"EDGEPIPE_SWEEP_GRACE", &c.SweepGrace, time.Hour, 0},
 		{"EDGEPIPE_RETRY_BASE", &c.RetryBase, 10 * time.Second, time.Millisecond},
 		{"EDGEPIPE_RETRY_CAP", &c.RetryCap, 10 * time.Minute, time.Millisecond},
+		{"EDGEPIPE_INFRA_RETRY_WINDOW", &c.InfraWindow, pipeline.DefaultInfraWindow, time.Second},
+		{"EDGEPIPE_INFRA_RETRY_CAP", &c.InfraCap, pipeline.DefaultInfraCap, time.Millisecond},
 	} {
 		if *d.dst, err = durationSetting(getenv, d.name, d.def, d.min); err != nil {
 			return c, err

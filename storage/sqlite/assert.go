@@ -2,4 +2,8 @@ package sqlite
 
 import "edgepipe/pipeline"
 
-var _ pipeline.Store = (*Store)(nil)
+var (
+	_ pipeline.Store         = (*Store)(nil)
+	_ pipeline.PresenceStore = (*Store)(nil)
+	_ pipeline.SweepLedger   = (*Store)(nil)
+)

@@ -108,3 +108,39 @@ func (s *Store) WaivedCalls(ctx context.Context) (map[string]map[string]int, err
 	}
 	return out, translate(rows.Err())
 }
+
+// qUnkeptAnswers finds paid answers that are neither an asset nor staged:
+// answered calls (a synchronous answer, or a downloaded video) of jobs that
+// settled somewhere other than failed or canceled, whose staged copy has no
+// asset row and whose scene's unit does not hold the artifact made from
+// them. Jobs still in flight are left out: their answer may be on its way
+// to the store.
+const qUnkeptAnswers = `SELECT ` + "c.id, c.job_id, c.scene_index, c.operation, c.provider, c.contract, c.idempotency_key, c.attempt_id, c.status, " +
+	"c.external_job_id, c.http_status, c.error_code, c.intended_at, c.finished_at, c.staged_key" + `
+	FROM provider_calls c JOIN jobs j ON j.id = c.job_id
+	WHERE c.status = 'succeeded'
+	  AND j.status IN ('succeeded','needs_review','dead_lettered')
+	  AND (c.operation IN ('image','speech') OR c.staged_key <> '')
+	  AND NOT (c.staged_key <> '' AND EXISTS (SELECT 1 FROM assets a WHERE a.object_key = c.staged_key))
+	  AND NOT EXISTS (SELECT 1 FROM units u WHERE u.job_id = c.job_id AND u.scene_index = c.scene_index
+	        AND json_extract(u.result_json, '$.' || CASE c.operation WHEN 'video_submit' THEN 'video' ELSE c.operation END) IS NOT NULL)
+	ORDER BY c.id`
+
+// UnkeptAnswers returns the provider calls whose paid answer is kept
+// nowhere durable (invariant 3's second half).
+func (s *Store) UnkeptAnswers(ctx context.Context) ([]pipeline.ProviderCall, error) {
+	rows, err := s.read.QueryContext(ctx, qUnkeptAnswers)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var out []pipeline.ProviderCall
+	for rows.Next() {
+		c, err := scanCall(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, translate(rows.Err())
+}

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 
 	"edgepipe/pipeline"
@@ -117,7 +116,7 @@ func (s *Store) Redrive(ctx context.Context, deadLetterID int64, queue, operator
 		if n, _ := res.RowsAffected(); n != 1 {
 			return fmt.Errorf("%w: dead letter %d was already redriven", pipeline.ErrInvalidTransition, deadLetterID)
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE jobs SET queue = ?, attempts = 0, attempt_id = NULL WHERE id = ?`, queue, d.JobID); err != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE jobs SET queue = ?, attempts = 0, infra_failures = 0, attempt_id = NULL WHERE id = ?`, queue, d.JobID); err != nil {
 			return err
 		}
 		if _, err := appendEvent(ctx, tx, now, d.JobID, pipeline.EventRedriven, "", "", "",
@@ -133,54 +132,3 @@ func (s *Store) Redrive(ctx context.Context, deadLetterID int64, queue, operator
 	return job, err
 }
 
-// DeadLetterUnbound moves jobs waiting on a queue this deployment does not
-// consume (its version was unbound) to the dead-letter queue with reason
-// unbound_version, instead of leaving them waiting for a worker that will
-// never come (DESIGN §4). Running jobs are touched only once their lease
-// expired. Returns how many were moved.
-func (s *Store) DeadLetterUnbound(ctx context.Context, boundQueues []string) (int, error) {
-	n := 0
-	err := s.inTx(ctx, func(tx *wtx) error {
-		n = 0
-		now := s.now()
-		bound, err := json.Marshal(boundQueues)
-		if err != nil {
-			return err
-		}
-		rows, err := tx.QueryContext(ctx, `SELECT id, status, queue FROM jobs
-			WHERE queue <> '' AND queue NOT IN (SELECT value FROM json_each(?))
-			  AND (status IN ('pending','retry_wait') OR (status = 'running' AND lease_expires_at <= ?))`, string(bound), now)
-		if err != nil {
-			return err
-		}
-		type victim struct{ id, status, queue string }
-		var vs []victim
-		for rows.Next() {
-			var v victim
-			if err := rows.Scan(&v.id, &v.status, &v.queue); err != nil {
-				rows.Close()
-				return err
-			}
-			vs = append(vs, v)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, v := range vs {
-			detail := fmt.Sprintf("queue %s is not consumed by this deployment", v.queue)
-			if _, err := insertDeadLetter(ctx, tx, now, v.id, v.queue, pipeline.ReasonUnboundVersion, detail); err != nil {
-				return err
-			}
-			if err := settle(ctx, tx, now, v.id, pipeline.Status(v.status), "", pipeline.Outcome{
-				Status: pipeline.StatusDeadLettered, Reason: pipeline.ReasonUnboundVersion, RequiresAction: true,
-				ErrorClass: pipeline.ClassPermanent, ErrorCode: pipeline.ReasonUnboundVersion, ErrorMessage: deadLetterMessage(pipeline.ReasonUnboundVersion),
-			}, map[string]any{"reason": pipeline.ReasonUnboundVersion}); err != nil {
-				return err
-			}
-			n++
-		}
-		return nil
-	})
-	return n, err
-}

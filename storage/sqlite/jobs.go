@@ -13,24 +13,26 @@ import (
 const jobColumns = `id, tenant, operation, idempotency_key, request_fingerprint, input_json, frozen_input_json,
 	workflow_version, queue, status, status_changed_at, created_at, updated_at, attempts, next_run_at,
 	attempt_id, lease_owner, lease_expires_at, stage, units_total, units_done, last_error_class,
-	last_error_code, last_error_message, requires_action, cancel_requested_at, result_key, webhook_url`
+	last_error_code, last_error_message, requires_action, cancel_requested_at, result_key, webhook_url,
+	infra_failures, infra_since`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
 func scanJob(r rowScanner) (pipeline.Job, error) {
 	var (
-		j                                   pipeline.Job
-		frozen, attemptID, owner, resultKey sql.NullString
-		status, errClass                    string
-		statusAt, createdAt, updatedAt      int64
-		nextRun, leaseExp, cancelAt         sql.NullInt64
-		input                               string
-		requiresAction                      int
+		j                                    pipeline.Job
+		frozen, attemptID, owner, resultKey  sql.NullString
+		status, errClass                     string
+		statusAt, createdAt, updatedAt       int64
+		nextRun, leaseExp, cancelAt, infraAt sql.NullInt64
+		input                                string
+		requiresAction                       int
 	)
 	err := r.Scan(&j.ID, &j.Tenant, &j.Operation, &j.IdempotencyKey, &j.RequestFingerprint, &input, &frozen,
 		&j.Version, &j.Queue, &status, &statusAt, &createdAt, &updatedAt, &j.Attempts, &nextRun,
 		&attemptID, &owner, &leaseExp, &j.Stage, &j.UnitsTotal, &j.UnitsDone, &errClass,
-		&j.LastErrorCode, &j.LastErrorMessage, &requiresAction, &cancelAt, &resultKey, &j.WebhookURL)
+		&j.LastErrorCode, &j.LastErrorMessage, &requiresAction, &cancelAt, &resultKey, &j.WebhookURL,
+		&j.InfraFailures, &infraAt)
 	if err != nil {
 		return pipeline.Job{}, translate(err)
 	}
@@ -41,6 +43,7 @@ func scanJob(r rowScanner) (pipeline.Job, error) {
 	j.Status = pipeline.Status(status)
 	j.StatusChangedAt, j.CreatedAt, j.UpdatedAt = fromMS(statusAt), fromMS(createdAt), fromMS(updatedAt)
 	j.NextRunAt, j.LeaseExpiresAt, j.CancelRequestedAt = timeOf(nextRun), timeOf(leaseExp), timeOf(cancelAt)
+	j.InfraSince = timeOf(infraAt)
 	j.AttemptID, j.LeaseOwner, j.ResultKey = attemptID.String, owner.String, resultKey.String
 	j.LastErrorClass = pipeline.ErrorClass(errClass)
 	j.RequiresAction = requiresAction == 1
@@ -175,6 +178,8 @@ func deadLetterMessage(reason string) string {
 		return "the job's message was delivered too many times without completing; an operator must look at it"
 	case pipeline.ReasonRetriesExhausted:
 		return "the job failed on every allowed attempt; an operator can redrive it"
+	case pipeline.ReasonInfraUnavailable:
+		return "edgepipe's own storage kept failing for the whole infrastructure retry window; an operator can redrive the job once it is healthy"
 	}
 	return "the job was moved to the dead-letter queue"
 }

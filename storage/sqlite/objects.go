@@ -29,24 +29,55 @@ import (
 
 // ClaimObject records that the attempt holding lease is about to write key.
 // Claiming a key twice is harmless. A key being deleted by another attempt
-// fails with pipeline.ErrClaimConflict (retry later).
+// fails with pipeline.ErrClaimConflict (retry later) — unless that cleanup
+// is dead: every 'deleting' claim on the key belongs to an attempt that no
+// longer holds a live lease (or to a sweeper run) and is older than
+// pipeline.StaleDeleteAfter, longer than any bounded delete may still be in
+// flight. Then, in this same transaction, the caller takes the cleanup over:
+// it now holds the key's 'deleting' claim and gets pipeline.ErrClaimTakenOver,
+// meaning it must delete the object, FinishAbandon, and claim again. A
+// failed delete therefore wedges a key for minutes, not for the sweeper's
+// grace.
 func (s *Store) ClaimObject(ctx context.Context, lease pipeline.Lease, key string) error {
-	return s.inTx(ctx, func(tx *wtx) error {
+	takenOver := false
+	err := s.inTx(ctx, func(tx *wtx) error {
+		takenOver = false
 		now := s.now()
 		if err := checkFence(ctx, tx, now, lease, "claim object"); err != nil {
 			return err
 		}
-		var deleting int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM object_claims WHERE object_key = ? AND state = 'deleting'`, key).Scan(&deleting); err != nil {
+		var deleting, live int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*),
+			coalesce(sum(CASE WHEN c.claimed_at > ?2 OR (j.status = 'running' AND j.attempt_id = c.attempt_id AND j.lease_expires_at > ?3)
+				THEN 1 ELSE 0 END), 0)
+			FROM object_claims c LEFT JOIN jobs j ON j.id = c.job_id
+			WHERE c.object_key = ?1 AND c.state = 'deleting'`, key, now-pipeline.StaleDeleteAfter.Milliseconds(), now).Scan(&deleting, &live); err != nil {
 			return err
 		}
-		if deleting > 0 {
+		if live > 0 {
 			return fmt.Errorf("%w: %s", pipeline.ErrClaimConflict, key)
+		}
+		if deleting > 0 {
+			// Take the dead cleanup over: one 'deleting' claim, ours.
+			if _, err := tx.ExecContext(ctx, `DELETE FROM object_claims WHERE object_key = ? AND state = 'deleting'`, key); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO object_claims (object_key, attempt_id, job_id, state, claimed_at)
+				VALUES (?, ?, ?, 'deleting', ?) ON CONFLICT (object_key, attempt_id) DO UPDATE SET state = 'deleting', claimed_at = excluded.claimed_at`,
+				key, lease.AttemptID, lease.JobID, now); err != nil {
+				return err
+			}
+			takenOver = true // committed: the sentinel is returned after
+			return nil
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO object_claims (object_key, attempt_id, job_id, state, claimed_at)
 			VALUES (?, ?, ?, 'writing', ?) ON CONFLICT (object_key, attempt_id) DO NOTHING`, key, lease.AttemptID, lease.JobID, now)
 		return err
 	})
+	if err == nil && takenOver {
+		return fmt.Errorf("%w: %s", pipeline.ErrClaimTakenOver, key)
+	}
+	return err
 }
 
 // CommitAsset records a fully written object and drops the attempt's claim

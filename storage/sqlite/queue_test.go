@@ -323,38 +323,3 @@ func TestConcurrentConsumersTwoHandles(t *testing.T) {
 	}
 }
 
-func TestDeadLetterUnbound(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
-	mustCreate(t, s, newJob("v1-keep"))
-	for _, id := range []string{"v2-wait", "v2-run"} {
-		nj := newJob(id)
-		nj.Version, nj.Queue = "v2", "render-v2"
-		mustCreate(t, s, nj)
-	}
-	run := fetchOne(t, s, "render-v2", "w") // v2-wait or v2-run: one is now running with a live lease
-	n, err := s.DeadLetterUnbound(ctx, []string{"render-v1"})
-	if err != nil || n != 1 {
-		t.Fatalf("moved %d (%v), want the waiting one only", n, err)
-	}
-	clock.Advance(2 * time.Minute) // the running one's worker is gone too
-	if n, err = s.DeadLetterUnbound(ctx, []string{"render-v1"}); err != nil || n != 1 {
-		t.Fatalf("second pass moved %d (%v)", n, err)
-	}
-	for _, id := range []string{"v2-wait", "v2-run"} {
-		j, _ := s.GetJob(ctx, id)
-		if j.Status != pipeline.StatusDeadLettered || j.LastErrorCode != pipeline.ReasonUnboundVersion {
-			t.Fatalf("%s: %+v", id, j)
-		}
-	}
-	if statusOf(t, s, "v1-keep") != pipeline.StatusPending {
-		t.Fatal("a bound job was moved")
-	}
-	dls, _ := s.ListDeadLetters(ctx, false, 0, 0)
-	if len(dls) != 2 || dls[0].Queue != "render-v2" {
-		t.Fatalf("dead letters %+v", dls)
-	}
-	_ = run
-}

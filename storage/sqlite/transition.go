@@ -24,10 +24,16 @@ func settle(ctx context.Context, tx *wtx, now int64, jobID string, from pipeline
 	q := `UPDATE jobs SET status = ?, status_changed_at = ?, updated_at = ?, next_run_at = ?,
 		lease_owner = NULL, lease_expires_at = NULL, requires_action = ?,
 		last_error_class = ?, last_error_code = ?, last_error_message = ?,
-		result_key = coalesce(?, result_key)
+		result_key = coalesce(?, result_key),
+		infra_failures = infra_failures + ?,
+		infra_since = CASE WHEN ? = 1 THEN coalesce(infra_since, ?) ELSE NULL END
 		WHERE id = ? AND status = ?`
+	// An infrastructure failure counts in infra_failures and starts (or
+	// continues) the run measured by infra_since; any other outcome ends
+	// the run (docs/design.md §6).
 	args := []any{string(o.Status), now, now, nullMS(o.NextRunAt), boolInt(o.RequiresAction),
-		string(o.ErrorClass), o.ErrorCode, o.ErrorMessage, nullString(o.ResultKey), jobID, string(from)}
+		string(o.ErrorClass), o.ErrorCode, o.ErrorMessage, nullString(o.ResultKey),
+		boolInt(o.Infra), boolInt(o.Infra), now, jobID, string(from)}
 	if attemptID != "" {
 		q += ` AND attempt_id = ? AND lease_expires_at > ?`
 		args = append(args, attemptID, now)
@@ -51,6 +57,9 @@ func settle(ctx context.Context, tx *wtx, now int64, jobID string, from pipeline
 	}
 	if o.Reason != "" {
 		detail["reason"] = o.Reason
+	}
+	if o.Infra {
+		detail["waiting_for"] = "infrastructure"
 	}
 	if !o.NextRunAt.IsZero() {
 		detail["next_run_at"] = o.NextRunAt.UTC()
@@ -202,7 +211,8 @@ func (s *Store) settleBulk(ctx context.Context, tx *wtx, now int64, fs []Finishe
 		var id, hook string
 		err := tx.QueryRowContext(ctx, `UPDATE jobs SET status = ?1, status_changed_at = ?2, updated_at = ?2,
 			next_run_at = NULL, lease_owner = NULL, lease_expires_at = NULL, requires_action = ?3,
-			last_error_class = ?4, last_error_code = ?5, last_error_message = ?6, result_key = coalesce(?7, result_key)
+			last_error_class = ?4, last_error_code = ?5, last_error_message = ?6, result_key = coalesce(?7, result_key),
+			infra_since = NULL
 			WHERE id = ?8 AND attempt_id = ?9 AND status = 'running' AND lease_expires_at > ?2
 			RETURNING id, webhook_url`, it.Status, now, it.RequiresAction, it.ErrClass, it.ErrCode, it.ErrMsg,
 			it.ResultKey, it.Job, it.Attempt).Scan(&id, &hook)
@@ -353,7 +363,7 @@ func (s *Store) Decide(ctx context.Context, jobID string, d pipeline.ReviewDecis
 			// would stop at the same call forever. The rows stay, marked,
 			// as the audit of that decision; a spool still on disk is used
 			// all the same.
-			if _, err := tx.ExecContext(ctx, qWaiveForRetry, jobID); err != nil {
+			if err := waiveForRetry(ctx, tx, now, jobID, operator); err != nil {
 				return err
 			}
 		}
@@ -367,13 +377,60 @@ func (s *Store) Decide(ctx context.Context, jobID string, d pipeline.ReviewDecis
 }
 
 // qWaiveForRetry marks the calls an operator's retry waives: every call of
-// the job whose outcome is unknown, and every answered image or speech call
-// whose artifact the scene's unit does not hold (a unit's result_json maps
-// artifact name to key, and those artifacts are named like their
-// operations). An answered video submission is never waived: its external
-// id is polled, not paid for again.
+// the job whose outcome is unknown; every answered image or speech call
+// whose artifact the scene's unit does not hold and whose answer is not
+// staged (a unit's result_json maps artifact name to key, and those
+// artifacts are named like their operations; a staged answer is used, not
+// paid for again); and the video submission of a unit whose external job
+// failed (its id can only ever be polled to the same failure). Any other
+// answered video submission is never waived: its external id is polled, not
+// paid for again.
 const qWaiveForRetry = `UPDATE provider_calls SET status = 'waived'
 	WHERE job_id = ?1 AND (status IN ('intent','ambiguous')
-		OR (status = 'succeeded' AND operation IN ('image','speech') AND NOT EXISTS (
+		OR (status = 'succeeded' AND operation IN ('image','speech')
+			AND NOT EXISTS (SELECT 1 FROM assets a WHERE a.object_key = provider_calls.staged_key)
+			AND NOT EXISTS (
 			SELECT 1 FROM units u WHERE u.job_id = provider_calls.job_id AND u.scene_index = provider_calls.scene_index
-				AND json_extract(u.result_json, '$.' || provider_calls.operation) IS NOT NULL)))`
+				AND json_extract(u.result_json, '$.' || provider_calls.operation) IS NOT NULL))
+		OR (status = 'succeeded' AND operation = 'video_submit' AND external_job_id <> '' AND EXISTS (
+			SELECT 1 FROM units u WHERE u.job_id = provider_calls.job_id AND u.scene_index = provider_calls.scene_index
+				AND u.status = 'failed' AND u.external_job_id = provider_calls.external_job_id)))
+	RETURNING id, scene_index, operation`
+
+// waiveForRetry applies qWaiveForRetry, records one call_waived event per
+// waived call (who decided, which call), and puts units whose external job
+// failed back to planned without their external id, so the next attempt
+// submits exactly once more.
+func waiveForRetry(ctx context.Context, tx *wtx, now int64, jobID, operator string) error {
+	rows, err := tx.QueryContext(ctx, qWaiveForRetry, jobID)
+	if err != nil {
+		return err
+	}
+	type waived struct {
+		id    int64
+		scene int
+		op    string
+	}
+	var ws []waived
+	for rows.Next() {
+		var w waived
+		if err := rows.Scan(&w.id, &w.scene, &w.op); err != nil {
+			rows.Close()
+			return err
+		}
+		ws = append(ws, w)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, w := range ws {
+		if _, err := appendEvent(ctx, tx, now, jobID, pipeline.EventCallWaived, "", "", "",
+			map[string]any{"call_id": w.id, "scene": w.scene, "op": w.op, "operator": operator}); err != nil {
+			return err
+		}
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE units SET status = 'planned', external_job_id = '', updated_at = ?2
+		WHERE job_id = ?1 AND status = 'failed' AND external_job_id <> ''`, jobID, now)
+	return err
+}

@@ -152,7 +152,7 @@ func (s *Store) FinishCall(ctx context.Context, id int64, status string, httpSta
 }
 
 const callColumns = `id, job_id, scene_index, operation, provider, contract, idempotency_key, attempt_id, status,
-	external_job_id, http_status, error_code, intended_at, finished_at`
+	external_job_id, http_status, error_code, intended_at, finished_at, staged_key`
 
 func scanCall(r rowScanner) (pipeline.ProviderCall, error) {
 	var c pipeline.ProviderCall
@@ -160,7 +160,7 @@ func scanCall(r rowScanner) (pipeline.ProviderCall, error) {
 	var intended int64
 	var finished nullInt
 	if err := r.Scan(&c.ID, &c.JobID, &c.Scene, &c.Op, &c.Provider, &contract, &c.IdempotencyKey, &c.AttemptID,
-		&c.Status, &c.ExternalJobID, &c.HTTPStatus, &c.ErrorCode, &intended, &finished); err != nil {
+		&c.Status, &c.ExternalJobID, &c.HTTPStatus, &c.ErrorCode, &intended, &finished, &c.StagedKey); err != nil {
 		return c, translate(err)
 	}
 	c.Contract, c.IntendedAt, c.FinishedAt = pipeline.Contract(contract), fromMS(intended), timeOf(finished.NullInt64)

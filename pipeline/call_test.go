@@ -1,0 +1,186 @@
+package pipeline_test
+
+import (
+	"context"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+
+	"edgepipe/pipeline"
+)
+
+// failFirstVideo reports the first submitted video job as failed (the
+// provider gave up on it) and passes everything else through.
+type failFirstVideo struct {
+	pipeline.Providers
+	mu     sync.Mutex
+	first  string
+	submit int
+}
+
+func (p *failFirstVideo) setInner(in pipeline.Providers) { p.Providers = in }
+
+func (p *failFirstVideo) SubmitVideo(ctx context.Context, m pipeline.CallMeta, r pipeline.VideoRequest) (string, error) {
+	ext, err := p.Providers.SubmitVideo(ctx, m, r)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.submit++
+	if err == nil && p.first == "" {
+		p.first = ext
+	}
+	return ext, err
+}
+
+func (p *failFirstVideo) VideoStatus(ctx context.Context, ext string) (pipeline.VideoState, error) {
+	p.mu.Lock()
+	first := p.first
+	p.mu.Unlock()
+	if ext == first {
+		return pipeline.VideoState{Failed: true, Code: "generation_failed"}, nil
+	}
+	return p.Providers.VideoStatus(ctx, ext)
+}
+
+// Issue 11, finding 3: an operator's retry of a unit whose external video
+// job failed waives that submission (audited by a call_waived event naming
+// the operator), clears the external id and submits exactly once more. On
+// main every retry polled the same failed job and went back to review.
+func TestOperatorRetrySubmitsFailedVideoOnceMore(t *testing.T) {
+	t.Parallel()
+	if !haveFFmpeg() {
+		t.Skip("the fake provider renders videos with ffmpeg")
+	}
+	ctx := context.Background()
+	prov := &failFirstVideo{}
+	h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers { return prov }))
+	const id = "v1-videoretry"
+	h.submit(id, board(vid("a waterfall", "", 600)))
+	h.drain(5)
+	j := h.job(id)
+	if j.Status != pipeline.StatusNeedsReview || j.LastErrorCode != "provider_job_failed" {
+		t.Fatalf("job %s (%s), want needs_review provider_job_failed", j.Status, j.LastErrorCode)
+	}
+	if _, err := h.store.Decide(ctx, id, pipeline.DecisionRetry, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	calls, err := h.store.ProviderCalls(ctx, id, 0, pipeline.OpVideoSubmit)
+	if err != nil || len(calls) != 1 || calls[0].Status != pipeline.CallWaived {
+		t.Fatalf("video submissions after the retry decision: %+v %v; want the failed one waived", calls, err)
+	}
+	waived := unitEvents(t, h, id, pipeline.EventCallWaived)
+	if len(waived) != 1 || waived[0]["operator"] != "alice" || waived[0]["op"] != pipeline.OpVideoSubmit {
+		t.Fatalf("call_waived events %v; want one for the video submission, by alice", waived)
+	}
+	h.drain(5)
+	if j := h.job(id); j.Status != pipeline.StatusSucceeded {
+		t.Fatalf("after the operator's retry the job ended %s (%s)", j.Status, j.LastErrorCode)
+	}
+	prov.mu.Lock()
+	n := prov.submit
+	prov.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("%d video submissions, want 2 (the failed one and exactly one more)", n)
+	}
+	if b := h.fake.Ledger().Billed.Video; b != 2 {
+		t.Fatalf("video billed %d times, want 2", b)
+	}
+}
+
+// panicProviders panics inside the adapter for op, the way a buggy adapter
+// would in the middle of a request.
+type panicProviders struct {
+	pipeline.Providers
+	op    string
+	times int // panics left
+	mu    sync.Mutex
+}
+
+func (p *panicProviders) setInner(in pipeline.Providers) { p.Providers = in }
+
+func (p *panicProviders) maybePanic(op string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if op == p.op && p.times > 0 {
+		p.times--
+		panic("adapter bug: nil map write")
+	}
+}
+
+func (p *panicProviders) GenerateImage(ctx context.Context, m pipeline.CallMeta, r pipeline.ImageRequest) (pipeline.Media, error) {
+	p.maybePanic(pipeline.OpImage)
+	return p.Providers.GenerateImage(ctx, m, r)
+}
+
+func (p *panicProviders) Synthesize(ctx context.Context, m pipeline.CallMeta, r pipeline.SpeechRequest) (pipeline.Media, error) {
+	p.maybePanic(pipeline.OpSpeech)
+	return p.Providers.Synthesize(ctx, m, r)
+}
+
+// panicRenderer panics while joining the clips.
+type panicRenderer struct{ pipeline.Renderer }
+
+func (panicRenderer) JoinTo(context.Context, []string, io.Writer) error { panic("renderer bug") }
+
+// panicPuts panics on puts of final image artifacts.
+type panicPuts struct{ pipeline.ObjectStore }
+
+func (p panicPuts) Put(ctx context.Context, key string, r io.Reader, o pipeline.PutOptions) (pipeline.ObjectInfo, error) {
+	if strings.HasPrefix(key, pipeline.PrefixUnits) && strings.HasSuffix(key, ".png") {
+		panic("object store bug")
+	}
+	return p.ObjectStore.Put(ctx, key, r, o)
+}
+
+// Issue 11: a panic never takes the process down. A panic inside a paid
+// call is an unknown outcome (the request may have been billed): a sync
+// call goes to review with its audit row ambiguous; an idempotent call is
+// retried. A panic where nothing was being paid for (a renderer, an object
+// store, a unit's own code) is retried. On main any of these killed every
+// attempt in flight in the process.
+func TestPanicIsRecoveredIntoAClassifiedFailure(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		opt      harnessOpt
+		want     pipeline.Status
+		wantCode string
+	}{
+		{"sync speech adapter", withProviders(func(pipeline.Providers) pipeline.Providers {
+			return &panicProviders{op: pipeline.OpSpeech, times: 1}
+		}), pipeline.StatusNeedsReview, "provider_adapter_panic"},
+		{"idempotent image adapter", withProviders(func(pipeline.Providers) pipeline.Providers {
+			return &panicProviders{op: pipeline.OpImage, times: 1}
+		}), pipeline.StatusRetryWait, "provider_adapter_panic"},
+		{"renderer", withRenderers(func(ctx context.Context, w, h, fps int) (pipeline.Renderer, error) {
+			r, err := stubRenderers(ctx, w, h, fps)
+			return panicRenderer{r}, err
+		}), pipeline.StatusRetryWait, "render_failed"},
+		{"object store in a unit", withConfig(func(ec *pipeline.EngineConfig) { ec.Objects = panicPuts{ec.Objects} }),
+			pipeline.StatusRetryWait, "internal_panic"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, tc.opt)
+			id := "v1-panic"
+			h.submit(id, board(img("a lantern", "a lantern in the rain", 600)))
+			_, o, err := h.attempt("render-v1", true)
+			if err != nil || o.Status != tc.want || o.ErrorCode != tc.wantCode {
+				t.Fatalf("outcome %+v %v; want %s %s", o, err, tc.want, tc.wantCode)
+			}
+			if strings.Contains(o.ErrorMessage, "bug") {
+				t.Fatalf("the panic value reached the job's message: %q", o.ErrorMessage)
+			}
+			if tc.want == pipeline.StatusNeedsReview {
+				calls, err := h.store.ProviderCalls(context.Background(), id, 0, pipeline.OpSpeech)
+				if err != nil || len(calls) != 1 || calls[0].Status != pipeline.CallAmbiguous {
+					t.Fatalf("speech calls %+v %v; want one ambiguous", calls, err)
+				}
+				return
+			}
+			if len(unitEvents(t, h, id, pipeline.EventAttemptPanicked)) == 0 && tc.wantCode == "internal_panic" {
+				t.Fatal("no attempt_panicked event")
+			}
+		})
+	}
+}

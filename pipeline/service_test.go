@@ -1,0 +1,152 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"edgepipe/pipeline"
+	"edgepipe/storage/sqlite"
+)
+
+// The lifecycle every long-running part shares: stop before start and a
+// second stop are no-ops, start while running is refused, stop cancels the
+// run with ErrServiceStopped and waits for it, and a service can start
+// again after it stopped.
+func TestServiceLifecycle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var s pipeline.Service
+	if err := s.Stop(ctx); err != nil {
+		t.Fatalf("stop before start: %v", err)
+	}
+	causes := make(chan error, 2)
+	run := func(ctx context.Context) { <-ctx.Done(); causes <- context.Cause(ctx) }
+	if err := s.Start(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Started() {
+		t.Fatal("not started after Start")
+	}
+	if err := s.Start(ctx, run); err == nil {
+		t.Fatal("a second Start while running was accepted")
+	}
+	if err := s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cause := within(t, causes, "the run to end"); !errors.Is(cause, pipeline.ErrServiceStopped) {
+		t.Fatalf("run ended with cause %v, want ErrServiceStopped", cause)
+	}
+	if err := s.Stop(ctx); err != nil {
+		t.Fatalf("second stop: %v", err)
+	}
+	if err := s.Start(ctx, run); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	if err := s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	within(t, causes, "the second run to end")
+}
+
+// Stop gives up waiting when its context ends, and says so.
+func TestServiceStopDeadline(t *testing.T) {
+	t.Parallel()
+	var s pipeline.Service
+	release := make(chan struct{})
+	defer close(release)
+	if err := s.Start(context.Background(), func(context.Context) { <-release }); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := s.Stop(ctx); err == nil {
+		t.Fatal("Stop returned nil while the run was still going")
+	}
+}
+
+type recorder struct {
+	name   string
+	failAt bool
+	log    *[]string
+}
+
+func (r recorder) Start(context.Context) error {
+	if r.failAt {
+		return errors.New(r.name + " failed")
+	}
+	*r.log = append(*r.log, "start "+r.name)
+	return nil
+}
+
+func (r recorder) Stop(context.Context) error {
+	*r.log = append(*r.log, "stop "+r.name)
+	return nil
+}
+
+// StartAll starts in order and, when one fails, stops those already
+// started in reverse order.
+func TestStartAllRollsBack(t *testing.T) {
+	t.Parallel()
+	var log []string
+	err := pipeline.StartAll(context.Background(), recorder{"a", false, &log}, recorder{"b", false, &log}, recorder{"c", true, &log})
+	if err == nil {
+		t.Fatal("StartAll hid a failed start")
+	}
+	if want := []string{"start a", "start b", "stop b", "stop a"}; !slices.Equal(log, want) {
+		t.Fatalf("log %v, want %v", log, want)
+	}
+}
+
+// The bindings heartbeat: a started Presence is live with its versions; a
+// stopped one is not, and neither is one whose beats stopped long ago.
+func TestPresenceAnnouncesAndWithdraws(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := pipeline.NewManualClock(t0)
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "db"), Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	live := func() []string {
+		t.Helper()
+		vs, err := st.LiveBindings(ctx, &pipeline.LiveBindingsParams{Since: pipeline.LiveSince(clock.Now(), 0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return vs
+	}
+	a, err := pipeline.NewPresence(pipeline.PresenceConfig{Store: st, ProcessID: "a", Role: "worker", Versions: []string{"v2"}, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := pipeline.NewPresence(pipeline.PresenceConfig{Store: st, ProcessID: "b", Role: "serve", Versions: []string{"v1", "v2"}, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pipeline.StartAll(ctx, a, b); err != nil {
+		t.Fatal(err)
+	}
+	if got := live(); !slices.Equal(got, []string{"v1", "v2"}) {
+		t.Fatalf("live %v, want [v1 v2]", got)
+	}
+	if err := b.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := live(); !slices.Equal(got, []string{"v2"}) {
+		t.Fatalf("live after b stopped %v, want [v2]", got)
+	}
+	// a's beats are an hour apart here; past three default intervals
+	// without one it no longer counts.
+	clock.Advance(4 * pipeline.DefaultPresenceInterval)
+	if got := live(); len(got) != 0 {
+		t.Fatalf("live after a went silent %v, want none", got)
+	}
+	if err := a.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

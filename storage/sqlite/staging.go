@@ -1,0 +1,125 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"edgepipe/pipeline"
+)
+
+// SetCallStaged points provider call p.CallID at the staged copy of its
+// answer (an asset of kind pipeline.KindStaged). Not fenced, like
+// FinishCall: the audit trail records where a paid answer is, whichever
+// attempt stored it.
+func (s *Store) SetCallStaged(ctx context.Context, p *pipeline.SetCallStagedParams) error {
+	if p == nil || p.CallID <= 0 || p.Key == "" {
+		return fmt.Errorf("%w: set call staged needs a call id and a key", pipeline.ErrInvalidInput)
+	}
+	return s.inTx(ctx, func(tx *wtx) error {
+		var kind string
+		if err := tx.QueryRowContext(ctx, `SELECT kind FROM assets WHERE object_key = ?`, p.Key).Scan(&kind); err != nil {
+			if err := translate(err); errors.Is(err, pipeline.ErrNotFound) {
+				return fmt.Errorf("%w: staged answer %s has no asset row", pipeline.ErrInvalidInput, p.Key)
+			}
+			return err
+		}
+		if kind != pipeline.KindStaged {
+			return fmt.Errorf("%w: %s is a %s asset, not a staged answer", pipeline.ErrInvalidInput, p.Key, kind)
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE provider_calls SET staged_key = ? WHERE id = ?`, p.Key, p.CallID)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return fmt.Errorf("%w: provider call %d", pipeline.ErrNotFound, p.CallID)
+		}
+		return nil
+	})
+}
+
+// ReleaseStaged begins removing a staged answer that is no longer needed:
+// in one transaction it deletes the staged asset row and records a
+// 'deleting' claim for p.Owner, which keeps the key out of the sweeper's
+// and any writer's hands until FinishAbandon(p.Owner, key) after the object
+// was deleted. released=false means there was no staged asset under the key
+// (already released). The call rows keep their staged_key as history.
+func (s *Store) ReleaseStaged(ctx context.Context, p *pipeline.ReleaseStagedParams) (released bool, err error) {
+	if p == nil || p.Key == "" || p.Owner == "" {
+		return false, fmt.Errorf("%w: release staged needs a key and an owner", pipeline.ErrInvalidInput)
+	}
+	err = s.inTx(ctx, func(tx *wtx) error {
+		released = false
+		var jobID string
+		err := tx.QueryRowContext(ctx, `DELETE FROM assets WHERE object_key = ? AND kind = ? RETURNING job_id`, p.Key, pipeline.KindStaged).Scan(&jobID)
+		if err != nil {
+			if errors.Is(translate(err), pipeline.ErrNotFound) {
+				return nil
+			}
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO object_claims (object_key, attempt_id, job_id, state, claimed_at)
+			VALUES (?, ?, ?, 'deleting', ?) ON CONFLICT (object_key, attempt_id) DO UPDATE SET state = 'deleting', claimed_at = excluded.claimed_at`,
+			p.Key, p.Owner, jobID, s.now()); err != nil {
+			return err
+		}
+		released = true
+		return nil
+	})
+	return released, err
+}
+
+// StagedAnswers lists staged answers: those of p.JobID, or with
+// p.FinalJobsOnly those of every job that is over for good (succeeded,
+// failed, canceled), which nothing can use any more (the sweeper releases
+// them). At most p.Limit rows (default 1000).
+func (s *Store) StagedAnswers(ctx context.Context, p *pipeline.StagedAnswersParams) ([]pipeline.Asset, error) {
+	limit := 1000
+	if p != nil && p.Limit > 0 {
+		limit = p.Limit
+	}
+	q := `SELECT ` + assetColumns + ` FROM assets WHERE kind = ?1 AND job_id = ?2 ORDER BY object_key LIMIT ?3`
+	var jobID string
+	if p != nil {
+		jobID = p.JobID
+	}
+	if p != nil && p.FinalJobsOnly {
+		q = `SELECT ` + prefixed("a.", assetColumns) + ` FROM assets a JOIN jobs j ON j.id = a.job_id
+			WHERE a.kind = ?1 AND j.status IN ('succeeded','failed','canceled') AND (?2 = '' OR a.job_id = ?2)
+			ORDER BY a.object_key LIMIT ?3`
+	} else if jobID == "" {
+		return nil, fmt.Errorf("%w: staged answers of which job?", pipeline.ErrInvalidInput)
+	}
+	rows, err := s.read.QueryContext(ctx, q, pipeline.KindStaged, jobID, limit)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var out []pipeline.Asset
+	for rows.Next() {
+		a, err := scanAsset(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, translate(rows.Err())
+}
+
+// prefixed qualifies every column of a comma-separated list.
+func prefixed(p, cols string) string {
+	out := make([]byte, 0, len(cols)+16*len(p))
+	start := true
+	for i := 0; i < len(cols); i++ {
+		c := cols[i]
+		if start && c != ' ' && c != '\t' && c != '\n' {
+			out = append(out, p...)
+			start = false
+		}
+		out = append(out, c)
+		if c == ',' {
+			start = true
+		}
+	}
+	return string(out)
+}
