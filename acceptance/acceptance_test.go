@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+
+	"edgepipe/client"
 )
 
 const (
@@ -97,7 +99,7 @@ func TestRenderedMP4s(t *testing.T) {
 		t.Run(v, func(t *testing.T) {
 			j, b := jobs[v], boards[v]
 			mp4 := checkResult(ctx, t, s, j)
-			if d := j.Result.DurationMS - int64(b.totalMS()); d < -100 || d > 100 {
+			if d := j.Result.DurationMS - b.totalMS(); d < -100 || d > 100 {
 				t.Errorf("result duration_ms %d, storyboard total %d", j.Result.DurationMS, b.totalMS())
 			}
 			r, path := p.probe(ctx, v, mp4)
@@ -156,30 +158,19 @@ func TestRenderedMP4s(t *testing.T) {
 	})
 }
 
-type deadLetter struct {
-	ID     int64  `json:"id"`
-	JobID  string `json:"job_id"`
-	Queue  string `json:"queue"`
-	Reason string `json:"reason"`
-	Bound  bool   `json:"bound"`
-}
-
-func (s *stack) deadLetterOf(ctx context.Context, jobID string) deadLetter {
+func (s *stack) deadLetterOf(ctx context.Context, jobID string) client.DeadLetter {
 	s.t.Helper()
-	var list struct {
-		DeadLetters []deadLetter `json:"dead_letters"`
-	}
-	code, raw := s.do(ctx, http.MethodGet, "/v1/admin/dead-letters?include_redriven=true", adminToken, nil, nil, &list)
-	if code != http.StatusOK {
-		s.t.Fatalf("GET /v1/admin/dead-letters: %d %s", code, raw)
+	list, err := s.apiClient(adminToken).DeadLetters(ctx, client.DeadLetterOptions{IncludeRedriven: true})
+	if err != nil {
+		s.t.Fatalf("GET /v1/admin/dead-letters: %v", err)
 	}
 	for _, d := range list.DeadLetters {
 		if d.JobID == jobID {
 			return d
 		}
 	}
-	s.t.Fatalf("no dead letter for job %s in %s", jobID, raw)
-	return deadLetter{}
+	s.t.Fatalf("no dead letter for job %s in %+v", jobID, list.DeadLetters)
+	return client.DeadLetter{}
 }
 
 // TestUnboundVersionDeadLettersThenRedrive: a v2 id on a deployment that
@@ -207,9 +198,8 @@ func TestUnboundVersionDeadLettersThenRedrive(t *testing.T) {
 	if dl.Reason != "unbound_version" || dl.Bound {
 		t.Fatalf("dead letter %+v, want reason unbound_version and bound=false", dl)
 	}
-	path := fmt.Sprintf("/v1/admin/dead-letters/%d/redrive", dl.ID)
-	if code, raw := s.do(ctx, http.MethodPost, path, adminToken, nil, map[string]any{}, nil); code != http.StatusConflict || !strings.Contains(string(raw), "version_unbound") {
-		t.Fatalf("redrive while v2 is unbound: %d %s, want 409 version_unbound", code, raw)
+	if _, err := s.apiClient(adminToken).Redrive(ctx, dl.ID); !errors.Is(err, client.ErrVersionUnbound) {
+		t.Fatalf("redrive while v2 is unbound: %v, want 409 version_unbound", err)
 	}
 	if l := s.ledger(ctx); l.Billed != (counts{}) {
 		t.Fatalf("an unbound job reached the providers: %+v", l.Billed)
@@ -222,9 +212,8 @@ func TestUnboundVersionDeadLettersThenRedrive(t *testing.T) {
 	if dl := s.deadLetterOf(ctx, id); !dl.Bound {
 		t.Fatalf("after rebinding v2 the dead letter still says bound=false: %+v", dl)
 	}
-	var redriven job
-	if code, raw := s.do(ctx, http.MethodPost, path, adminToken, nil, map[string]any{}, &redriven); code != http.StatusOK {
-		t.Fatalf("redrive after rebinding: %d %s, want 200", code, raw)
+	if _, err := s.apiClient(adminToken).Redrive(ctx, dl.ID); err != nil {
+		t.Fatalf("redrive after rebinding: %v, want 200", err)
 	}
 	j = s.waitSettled(ctx, id, "succeeded", 3*time.Minute)
 	if j.Version != "v2" {
@@ -236,8 +225,8 @@ func TestUnboundVersionDeadLettersThenRedrive(t *testing.T) {
 	if !slices.Equal(verdict.Subtitles, []string{"mov_text"}) {
 		t.Errorf("redriven job's render has subtitle tracks %v, want v2's mov_text", verdict.Subtitles)
 	}
-	if code, raw := s.do(ctx, http.MethodPost, path, adminToken, nil, map[string]any{}, nil); code != http.StatusConflict {
-		t.Errorf("second redrive of the same dead letter: %d %s, want 409", code, raw)
+	if _, err := s.apiClient(adminToken).Redrive(ctx, dl.ID); !errors.Is(err, client.ErrConflict) {
+		t.Errorf("second redrive of the same dead letter: %v, want 409", err)
 	}
 	t.Logf("after rebinding v2 and redriving: %s; render %s", j, verdict)
 }
@@ -288,7 +277,7 @@ func TestSIGKILLMidJobResumesWithoutPayingTwice(t *testing.T) {
 			before = l
 			break
 		}
-		if cur := s.getJob(ctx, j.ID); slices.Contains(settled, cur.Status) {
+		if cur := s.getJob(ctx, j.ID); slices.Contains(settled, string(cur.Status)) {
 			t.Fatalf("job settled before the kill window (ledger %+v): %s", l.Billed, cur)
 		}
 		if time.Now().After(deadline) {

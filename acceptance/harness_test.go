@@ -3,7 +3,6 @@
 package acceptance
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -30,6 +29,8 @@ import (
 	tclog "github.com/testcontainers/testcontainers-go/log"
 	"github.com/testcontainers/testcontainers-go/network"
 	"github.com/testcontainers/testcontainers-go/wait"
+
+	edgeclient "edgepipe/client"
 )
 
 // Names shared with docker/images.sh and docker-compose.yml.
@@ -405,29 +406,8 @@ func (b storyboard) totalMS() int {
 	return n
 }
 
-type job struct {
-	ID       string `json:"id"`
-	Version  string `json:"version"`
-	Status   string `json:"status"`
-	Attempts int    `json:"attempts"`
-	Progress struct {
-		UnitsTotal int    `json:"units_total"`
-		UnitsDone  int    `json:"units_done"`
-		Stage      string `json:"stage"`
-	} `json:"progress"`
-	RequiresAction bool `json:"requires_action"`
-	Error          *struct {
-		Class   string `json:"class"`
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-	Result *struct {
-		Key        string `json:"key"`
-		Bytes      int64  `json:"bytes"`
-		SHA256     string `json:"sha256"`
-		DurationMS int64  `json:"duration_ms"`
-	} `json:"result"`
-}
+// job is the job resource as the client package reads it.
+type job struct{ edgeclient.Job }
 
 func (j job) String() string {
 	e := ""
@@ -438,64 +418,33 @@ func (j job) String() string {
 		j.ID, j.Version, j.Status, j.Attempts, j.Progress.UnitsDone, j.Progress.UnitsTotal, j.Progress.Stage, e)
 }
 
-// do sends a request with the given bearer token and decodes a JSON answer
-// into out (when not nil). It returns the status code and the raw body.
-func (s *stack) do(ctx context.Context, method, path, token string, hdr map[string]string, body, out any) (int, []byte) {
+// apiClient is a client of the service under test with token; the
+// service's address changes with every container, so it is made per use.
+func (s *stack) apiClient(token string) *edgeclient.Client {
 	s.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			s.t.Fatal(err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, s.api+path, rd)
+	c, err := edgeclient.New(edgeclient.Config{BaseURL: s.api, Token: token, UserAgent: "edgepipe-acceptance", RequestTimeout: 30 * time.Second})
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := s.http.Do(req)
-	if err != nil {
-		s.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		s.t.Fatalf("%s %s: read body: %v", method, path, err)
-	}
-	if out != nil && len(raw) > 0 && resp.StatusCode < 300 {
-		if err := json.Unmarshal(raw, out); err != nil {
-			s.t.Fatalf("%s %s: decode %s: %v", method, path, raw, err)
-		}
-	}
-	return resp.StatusCode, raw
+	return c
 }
 
 func (s *stack) submit(ctx context.Context, key string, b storyboard) job {
 	s.t.Helper()
-	var j job
-	code, raw := s.do(ctx, http.MethodPost, "/v1/jobs", tenantToken, map[string]string{"Idempotency-Key": key}, b, &j)
-	if code != http.StatusAccepted {
-		s.t.Fatalf("POST /v1/jobs: %d %s, want 202", code, raw)
+	sub, err := s.apiClient(tenantToken).Submit(ctx, key, b)
+	if err != nil {
+		s.t.Fatalf("POST /v1/jobs: %v, want 202", err)
 	}
-	return j
+	return job{sub.Job}
 }
 
 func (s *stack) getJob(ctx context.Context, id string) job {
 	s.t.Helper()
-	var j job
-	code, raw := s.do(ctx, http.MethodGet, "/v1/jobs/"+id, tenantToken, nil, nil, &j)
-	if code != http.StatusOK {
-		s.t.Fatalf("GET /v1/jobs/%s: %d %s", id, code, raw)
+	j, err := s.apiClient(tenantToken).Get(ctx, id)
+	if err != nil {
+		s.t.Fatalf("GET /v1/jobs/%s: %v", id, err)
 	}
-	return j
+	return job{j}
 }
 
 var settled = []string{"succeeded", "failed", "canceled", "dead_lettered", "needs_review"}
@@ -507,8 +456,8 @@ func (s *stack) waitSettled(ctx context.Context, id, want string, timeout time.D
 	deadline := time.Now().Add(timeout)
 	for {
 		j := s.getJob(ctx, id)
-		if slices.Contains(settled, j.Status) {
-			if j.Status != want {
+		if slices.Contains(settled, string(j.Status)) {
+			if string(j.Status) != want {
 				s.t.Fatalf("job settled as %s, want %s: %s", j.Status, want, j)
 			}
 			return j

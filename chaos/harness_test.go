@@ -13,7 +13,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +25,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"edgepipe/client"
+	"edgepipe/pipeline"
 )
 
 // Settings of the suites (see the package documentation).
@@ -268,7 +270,7 @@ type cluster struct {
 	fake    *proc
 	fakeURL string
 	apiAddr string
-	api     *client
+	api     *apiClient
 	// env is added to every edgepipe process's environment (storage
 	// settings and the like).
 	env []string
@@ -305,8 +307,7 @@ func newCluster(t testing.TB, cfg clusterConfig) *cluster {
 	}
 	c.startFake(cfg.Faults, seed)
 	c.apiAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	c.api = &client{base: "http://" + c.apiAddr, token: tenantToken, admin: adminToken,
-		hc: &http.Client{Timeout: 15 * time.Second}}
+	c.api = newAPIClient(t, "http://"+c.apiAddr, tenantToken)
 	t.Cleanup(func() {
 		if t.Failed() {
 			c.dumpLogs()
@@ -549,32 +550,26 @@ func waitHTTP(p *proc, u string, timeout time.Duration) error {
 
 // ---------------------------------------------------------------- API client
 
-type client struct {
-	base, token, admin string
-	hc                 *http.Client
+// apiClient is the suites' client of the API under test: the public
+// client package, plus the base URL for the health check.
+type apiClient struct {
+	*client.Client
+	base string
 }
 
-// job is the part of the job resource the suites read.
-type job struct {
-	ID              string    `json:"id"`
-	Version         string    `json:"version"`
-	Status          string    `json:"status"`
-	CreatedAt       time.Time `json:"created_at"`
-	StatusChangedAt time.Time `json:"status_changed_at"`
-	Attempts        int       `json:"attempts"`
-	RequiresAction  bool      `json:"requires_action"`
-	WaitingFor      string    `json:"waiting_for"`
-	Error           *struct {
-		Class   string `json:"class"`
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-	Result *struct {
-		Key string `json:"key"`
-	} `json:"result"`
+func newAPIClient(t testing.TB, base, token string) *apiClient {
+	t.Helper()
+	c, err := client.New(client.Config{BaseURL: base, Token: token, UserAgent: "edgepipe-chaos", RequestTimeout: 15 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &apiClient{Client: c, base: base}
 }
 
-func settled(status string) bool { return !strings.Contains(unsettled, status) }
+// job is the job resource.
+type job = client.Job
+
+func settled(status pipeline.Status) bool { return !strings.Contains(unsettled, string(status)) }
 
 // submitReq is one job to submit.
 type submitReq struct {
@@ -584,39 +579,23 @@ type submitReq struct {
 
 // submit posts a job once and returns the id, whether the answer was an
 // idempotent replay, and the HTTP status (0 for a transport error).
-func (c *client) submit(ctx context.Context, r submitReq) (string, bool, int, error) {
-	b, err := json.Marshal(r.Body)
-	if err != nil {
-		return "", false, 0, err
+func (c *apiClient) submit(ctx context.Context, r submitReq) (string, bool, int, error) {
+	s, err := c.Submit(ctx, r.Key, r.Body)
+	var ae *client.APIError
+	switch {
+	case err == nil:
+		return s.Job.ID, s.Replayed, http.StatusAccepted, nil
+	case errors.As(err, &ae):
+		return "", false, ae.Status, fmt.Errorf("submit %s: %w", r.Key, err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/jobs", bytes.NewReader(b))
-	if err != nil {
-		return "", false, 0, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Idempotency-Key", r.Key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return "", false, 0, err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusAccepted {
-		return "", false, resp.StatusCode, fmt.Errorf("submit %s: %s: %s", r.Key, resp.Status, body)
-	}
-	var j job
-	if err := json.Unmarshal(body, &j); err != nil {
-		return "", false, resp.StatusCode, fmt.Errorf("submit answer: %w", err)
-	}
-	return j.ID, resp.Header.Get("Idempotent-Replayed") == "true", resp.StatusCode, nil
+	return "", false, 0, fmt.Errorf("submit %s: %w", r.Key, err)
 }
 
 // submitRetrying submits r until it is accepted, riding out a server that
 // is down or restarting (transport errors, 5xx): every retry carries the
 // same Idempotency-Key, so the job is created once however often the
 // request is repeated. A 4xx answer is returned at once.
-func (c *client) submitRetrying(ctx context.Context, r submitReq) (id string, replayed bool, err error) {
+func (c *apiClient) submitRetrying(ctx context.Context, r submitReq) (id string, replayed bool, err error) {
 	for {
 		var status int
 		id, replayed, status, err = c.submit(ctx, r)
@@ -631,55 +610,32 @@ func (c *client) submitRetrying(ctx context.Context, r submitReq) (id string, re
 	}
 }
 
-func (c *client) get(ctx context.Context, path string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, body)
-	}
-	return json.Unmarshal(body, out)
-}
-
 // jobs lists every job of the tenant with one of statuses ("" = all).
-func (c *client) jobs(ctx context.Context, statuses string) ([]job, error) {
+func (c *apiClient) jobs(ctx context.Context, statuses string) ([]job, error) {
+	o := client.ListOptions{Limit: 500}
+	if statuses != "" {
+		for s := range strings.SplitSeq(statuses, ",") {
+			o.Statuses = append(o.Statuses, pipeline.Status(s))
+		}
+	}
 	var all []job
-	cursor := ""
 	for {
-		q := url.Values{"limit": {"500"}}
-		if statuses != "" {
-			q.Set("status", statuses)
-		}
-		if cursor != "" {
-			q.Set("cursor", cursor)
-		}
-		var page struct {
-			Jobs       []job   `json:"jobs"`
-			NextCursor *string `json:"next_cursor"`
-		}
-		if err := c.get(ctx, "/v1/jobs?"+q.Encode(), &page); err != nil {
+		page, err := c.List(ctx, o)
+		if err != nil {
 			return nil, err
 		}
 		all = append(all, page.Jobs...)
 		if page.NextCursor == nil || *page.NextCursor == "" {
 			return all, nil
 		}
-		cursor = *page.NextCursor
+		o.Cursor = *page.NextCursor
 	}
 }
 
 // waitSettled polls until the tenant has at least want jobs and none of
 // them is pending, running or in retry_wait, tolerating an API that is
 // briefly down.
-func (c *client) waitSettled(ctx context.Context, want int) ([]job, error) {
+func (c *apiClient) waitSettled(ctx context.Context, want int) ([]job, error) {
 	var last error
 	for {
 		wait := 300 * time.Millisecond
@@ -776,7 +732,7 @@ type outcome struct {
 func summarize(js []job) outcome {
 	o := outcome{byStatus: map[string]int{}}
 	for _, j := range js {
-		o.byStatus[j.Status]++
+		o.byStatus[string(j.Status)]++
 		if j.Attempts > 1 {
 			o.retries += j.Attempts - 1
 		}
@@ -805,7 +761,7 @@ func problems(js []job) string {
 		}
 		code := ""
 		if j.Error != nil {
-			code = j.Error.Class + "/" + j.Error.Code
+			code = string(j.Error.Class) + "/" + j.Error.Code
 		}
 		fmt.Fprintf(&b, " %s:%s(%s)", j.ID, j.Status, code)
 	}
@@ -889,32 +845,15 @@ func (w *webhookReceiver) total() int64 { return w.n.Load() }
 // H.264 video and AAC audio, plus a mov_text caption track exactly when the
 // version is v2 (DESIGN §4: the versions differ observably). This is
 // invariant 5 seen from the output, which the database cannot show.
-func (c *client) probeResult(ctx context.Context, j job, dir string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/jobs/"+j.ID+"/result", nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := c.hc.Do(req) // follows a redirect to a presigned URL
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("result of %s: %s: %s", j.ID, resp.Status, b)
-	}
+func (c *apiClient) probeResult(ctx context.Context, j job, dir string) error {
 	path := filepath.Join(dir, j.ID+".mp4")
-	f, err := os.Create(path)
-	if err != nil {
-		return err
+	sum := "" // listings leave the hash out; a full resource has it
+	if j.Result != nil {
+		sum = j.Result.SHA256
 	}
-	_, err = io.Copy(f, resp.Body)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
+	// Follows a redirect to a presigned URL.
+	if err := c.SaveResult(ctx, j.ID, path, sum); err != nil {
+		return fmt.Errorf("result of %s: %w", j.ID, err)
 	}
 	defer os.Remove(path)
 	out, err := exec.CommandContext(ctx, "ffprobe", "-v", "error", "-show_entries", "stream=codec_type,codec_name", "-of", "json", path).Output()

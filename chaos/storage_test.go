@@ -442,8 +442,8 @@ func TestStoreBusyBeforePrepare(t *testing.T) {
 	}
 	// Wait for the claim: the attempt now sleeps 3 s before prepare.
 	for {
-		var j job
-		if err := c.api.get(ctx, "/v1/jobs/"+id, &j); err != nil {
+		j, err := c.api.Get(ctx, id)
+		if err != nil {
 			t.Fatal(err)
 		}
 		if j.Status == "running" {

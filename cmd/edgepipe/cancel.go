@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 
-	"edgepipe/api"
 	"edgepipe/pipeline"
 )
 
@@ -34,8 +32,8 @@ that already finished is an error (exit status 1).`)
 	if err != nil {
 		return err
 	}
-	var j api.JobResource
-	if _, err := c.doJSON(ctx, http.MethodPost, c.endpoint("v1", "jobs", pos[0], "cancellation"), nil, nil, &j); err != nil {
+	j, err := c.Cancel(ctx, pos[0])
+	if err != nil {
 		return err
 	}
 	if *asJSON {

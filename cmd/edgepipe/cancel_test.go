@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"testing"
 
+	"edgepipe/client"
 	"edgepipe/pipeline"
 )
 
@@ -36,9 +37,9 @@ func TestCancel(t *testing.T) {
 		if tc.err == "" && err != nil || tc.err != "" && (err == nil || err.Error() != tc.err) {
 			t.Errorf("%s: err = %v, want %q", tc.id, err, tc.err)
 		}
-		var ae *apiError
+		var ae *client.APIError
 		if tc.id == "v1-done" && (!errors.As(err, &ae) || ae.Status != 409) {
-			t.Errorf("409 is not an *apiError: %#v", err)
+			t.Errorf("409 is not an *client.APIError: %#v", err)
 		}
 		if c.out.String() != tc.out {
 			t.Errorf("%s: stdout %q, want %q", tc.id, c.out, tc.out)

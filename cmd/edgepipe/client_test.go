@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -16,9 +18,9 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unicode"
 
 	"edgepipe/api"
+	"edgepipe/client"
 	"edgepipe/pipeline"
 	"edgepipe/routing"
 	"edgepipe/storage/fs"
@@ -141,111 +143,6 @@ func jobResource(id string, st pipeline.Status) api.JobResource {
 		Links: api.Links{Self: "/v1/jobs/" + id, Events: "/v1/jobs/" + id + "/events"}}
 }
 
-func TestFormatProblem(t *testing.T) {
-	t.Parallel()
-	fields := func(n int) []pipeline.FieldError {
-		var out []pipeline.FieldError
-		for i := range n {
-			out = append(out, pipeline.FieldError{Field: fmt.Sprintf("scenes[%d].duration_ms", i), Message: "must be between 500 and 30000"})
-		}
-		return out
-	}
-	for _, tc := range []struct {
-		name   string
-		status int
-		p      api.Problem
-		text   string
-		want   string
-	}{
-		{"title detail code", 409, api.Problem{Title: "The job has already finished", Code: "job_terminal",
-			Detail: "the job has already finished and cannot change"},
-			"", "The job has already finished: the job has already finished and cannot change (job_terminal)"},
-		{"field errors replace the detail", 400, api.Problem{Title: "The request is invalid", Code: "validation_failed",
-			Detail: "the request has invalid fields; see errors", Errors: []pipeline.FieldError{
-				{Field: "options.fps", Message: "must be one of 24, 25, 30"}, {Field: "scenes", Message: "needs at least 1 scene"}}},
-			"", "The request is invalid: options.fps: must be one of 24, 25, 30; scenes: needs at least 1 scene (validation_failed)"},
-		{"many field errors are cut", 400, api.Problem{Title: "The request is invalid", Code: "validation_failed", Errors: fields(7)},
-			"", "The request is invalid: scenes[0].duration_ms: must be between 500 and 30000; scenes[1].duration_ms: must be between 500 and 30000; " +
-				"scenes[2].duration_ms: must be between 500 and 30000; scenes[3].duration_ms: must be between 500 and 30000; " +
-				"scenes[4].duration_ms: must be between 500 and 30000; and 2 more (validation_failed)"},
-		{"field without message", 400, api.Problem{Title: "Bad", Code: "validation_failed", Errors: []pipeline.FieldError{{Field: "body"}}},
-			"", "Bad: body (validation_failed)"},
-		{"request id on 5xx", 500, api.Problem{Title: "Internal error", Code: "internal_error",
-			Detail: "an internal error occurred; it has been logged", RequestID: "req-42"},
-			"", "Internal error: an internal error occurred; it has been logged (internal_error, request id req-42)"},
-		{"no detail", 401, api.Problem{Title: "Missing or invalid credentials", Code: "unauthorized"},
-			"", "Missing or invalid credentials (unauthorized)"},
-		{"no title", 404, api.Problem{Code: "not_found", Detail: "no such resource"},
-			"", "Not Found: no such resource (not_found)"},
-		{"no code", 418, api.Problem{Title: "Teapot"}, "", "Teapot (HTTP 418)"},
-		{"not a problem", 502, api.Problem{}, "upstream connect error\nor disconnect", "HTTP 502 Bad Gateway: upstream connect error or disconnect"},
-		{"an HTML page is not shown", 502, api.Problem{}, "<!DOCTYPE html><html><body>nginx</body></html>", "HTTP 502 Bad Gateway"},
-		{"empty body", 503, api.Problem{}, "", "HTTP 503 Service Unavailable"},
-		{"unknown status", 599, api.Problem{}, "", "HTTP 599"},
-		{"control characters are removed", 400, api.Problem{Title: "Bad\x1b[31m\r\nthing", Code: "x\ny",
-			Detail: "evil\x1b]0;title\x07 text\u2028more"}, "", "Bad [31m thing: evil ]0;title text more (x y)"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			got := formatProblem(tc.status, tc.p, tc.text)
-			if got != tc.want {
-				t.Errorf("formatProblem =\n  %q\nwant\n  %q", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestReadAPIError(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		name, ctype, body, want string
-	}{
-		{"problem+json", api.ProblemContentType, `{"title":"Not found","code":"not_found","detail":"no such resource","status":404}`,
-			"Not found: no such resource (not_found)"},
-		{"charset parameter", api.ProblemContentType + "; charset=utf-8", `{"title":"Not found","code":"not_found"}`, "Not found (not_found)"},
-		{"JSON that is not a problem", "application/json", `{"message":"nope"}`, `HTTP 404 Not Found: {"message":"nope"}`},
-		{"text", "text/plain", "404 page not found\n", "HTTP 404 Not Found: 404 page not found"},
-		{"problem-looking text is not parsed", "text/plain", `{"title":"X","code":"y"}`, `HTTP 404 Not Found: {"title":"X","code":"y"}`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			rec := httptest.NewRecorder()
-			rec.Header().Set("Content-Type", tc.ctype)
-			rec.WriteHeader(404)
-			rec.WriteString(tc.body)
-			err := readAPIError(rec.Result())
-			var ae *apiError
-			if !errors.As(err, &ae) || ae.Status != 404 {
-				t.Fatalf("err = %#v", err)
-			}
-			if err.Error() != tc.want {
-				t.Errorf("got %q, want %q", err.Error(), tc.want)
-			}
-		})
-	}
-}
-
-// FuzzFormatProblem: whatever a server sends, the error is one printable
-// line of bounded length.
-func FuzzFormatProblem(f *testing.F) {
-	f.Add(400, `{"title":"The request is invalid","code":"validation_failed","errors":[{"field":"a","message":"b"}]}`)
-	f.Add(500, "\x1b[2J<html>")
-	f.Add(404, `{"title":"\u2028\u0085x","detail":"\r\n","code":"\t"}`)
-	f.Fuzz(func(t *testing.T, status int, body string) {
-		var p api.Problem
-		_ = json.Unmarshal([]byte(body), &p)
-		s := formatProblem(status, p, body)
-		if s == "" || len(s) > 8000 {
-			t.Fatalf("length %d", len(s))
-		}
-		for _, r := range s {
-			if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
-				t.Fatalf("control character %U in %q", r, s)
-			}
-		}
-	})
-}
-
 func TestParseArgs(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -292,12 +189,16 @@ func TestHelpOnEveryClientCommand(t *testing.T) {
 		{"dlq", []string{"--help"}, "Usage: edgepipe dlq list|redrive"},
 		{"dlq", []string{"list", "--help"}, "Usage: edgepipe dlq list"},
 		{"dlq", []string{"redrive", "--help"}, "Usage: edgepipe dlq redrive DEAD_LETTER_ID"},
+		{"review", []string{"--help"}, "Usage: edgepipe review list|retry|fail"},
+		{"review", []string{"list", "--help"}, "Usage: edgepipe review list"},
+		{"review", []string{"retry", "--help"}, "Usage: edgepipe review retry ID [--reason TEXT]"},
+		{"review", []string{"fail", "-h"}, "Usage: edgepipe review fail ID [--reason TEXT]"},
 	} {
 		t.Run(strings.Join(append([]string{tc.name}, tc.args...), " "), func(t *testing.T) {
 			t.Parallel()
 			tc2 := newTestCLI(t, "http://127.0.0.1:1")
 			cmds := map[string]func(context.Context, []string) error{
-				"submit": tc2.submit, "status": tc2.status, "cancel": tc2.cancel, "dlq": tc2.dlq,
+				"submit": tc2.submit, "status": tc2.status, "cancel": tc2.cancel, "dlq": tc2.dlq, "review": tc2.review,
 			}
 			err := cmds[tc.name](context.Background(), tc.args)
 			if err != nil && !errors.Is(err, flag.ErrHelp) {
@@ -410,33 +311,25 @@ func TestTokenResolution(t *testing.T) {
 	}
 }
 
-func TestEndpointEscapesIDs(t *testing.T) {
-	t.Parallel()
-	u, err := parseBaseURL("http://h:1/prefix/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &client{base: u}
-	for id, want := range map[string]string{
-		"v1-abc":      "http://h:1/prefix/v1/jobs/v1-abc",
-		"../admin":    "http://h:1/prefix/v1/jobs/..%2Fadmin",
-		"a?b#c":       "http://h:1/prefix/v1/jobs/a%3Fb%23c",
-		"with space":  "http://h:1/prefix/v1/jobs/with%20space",
-		"v2-x_y-Z_09": "http://h:1/prefix/v1/jobs/v2-x_y-Z_09",
-	} {
-		if got := c.endpoint("v1", "jobs", id); got != want {
-			t.Errorf("endpoint(%q) = %s, want %s", id, got, want)
-		}
-	}
-}
-
 // realAPI serves the real API over a SQLite store with no workers: jobs
 // stay where the API put them.
-func realAPI(t *testing.T) *httptest.Server {
+func realAPI(t *testing.T) *httptest.Server { return realAPIEnv(t).srv }
+
+// apiEnv is the real API with its store and clock, for tests that move
+// jobs the way a worker would.
+type apiEnv struct {
+	srv     *httptest.Server
+	store   *sqlite.Store
+	objects *fs.Store
+	clock   *pipeline.ManualClock
+}
+
+func realAPIEnv(t *testing.T) *apiEnv {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "edgepipe.db")})
+	clock := pipeline.NewManualClock(t0)
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "edgepipe.db"), Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,14 +342,60 @@ func realAPI(t *testing.T) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.New(api.Config{Store: st, Objects: objs, Router: router,
+	srv, err := api.New(api.Config{Store: st, Objects: objs, Router: router, Clock: clock,
 		Tokens: map[string]string{testToken: "acme"}, AdminToken: testAdminToken, SSEPoll: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() { srv.CloseStreams(); hs.Close() })
-	return hs
+	return &apiEnv{srv: hs, store: st, objects: objs, clock: clock}
+}
+
+// claim takes the next v1 job like a worker does.
+func (e *apiEnv) claim(t *testing.T) pipeline.Claimed {
+	t.Helper()
+	cs, _, err := e.store.Fetch(context.Background(), "render-v1", "test-worker", 1, time.Minute)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("fetch: %v %v", cs, err)
+	}
+	return cs[0]
+}
+
+// finish ends a claimed job with an outcome.
+func (e *apiEnv) finish(t *testing.T, c pipeline.Claimed, o pipeline.Outcome) {
+	t.Helper()
+	if err := e.store.Finish(context.Background(), c.Lease, o); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// toReview parks a claimed job for an operator, as an ambiguous provider
+// failure does.
+func (e *apiEnv) toReview(t *testing.T, c pipeline.Claimed) {
+	t.Helper()
+	e.finish(t, c, pipeline.Outcome{Status: pipeline.StatusNeedsReview, RequiresAction: true, ErrorClass: pipeline.ClassAmbiguous,
+		ErrorCode: "provider_timeout", ErrorMessage: "the speech provider did not answer; it may have billed"})
+}
+
+// succeed stores content as a claimed job's result and marks it succeeded.
+func (e *apiEnv) succeed(t *testing.T, c pipeline.Claimed, content []byte) {
+	t.Helper()
+	ctx := context.Background()
+	sum := sha256.Sum256(content)
+	key := "renders/" + hex.EncodeToString(sum[:8]) + ".mp4"
+	if err := e.store.ClaimObject(ctx, c.Lease, key); err != nil {
+		t.Fatal(err)
+	}
+	info, err := e.objects.Put(ctx, key, bytes.NewReader(content), pipeline.PutOptions{ContentType: "video/mp4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.CommitAsset(ctx, c.Lease, pipeline.Asset{Key: key, Kind: "render", SizeBytes: info.Size,
+		SHA256: hex.EncodeToString(sum[:]), ContentType: "video/mp4", DurationMS: 3500}); err != nil {
+		t.Fatal(err)
+	}
+	e.finish(t, c, pipeline.Outcome{Status: pipeline.StatusSucceeded, ResultKey: key})
 }
 
 // TestAgainstRealAPI runs the client commands against the real handlers,
@@ -489,7 +428,7 @@ func TestAgainstRealAPI(t *testing.T) {
 
 	c = newCLI()
 	err := c.submit(ctx, []string{filepath.Join(sb, "invalid.json")})
-	var ae *apiError
+	var ae *client.APIError
 	if !errors.As(err, &ae) || ae.Status != 400 || ae.Problem.Code != "validation_failed" || len(ae.Problem.Errors) < 4 {
 		t.Fatalf("invalid.json: err = %v", err)
 	}

@@ -3,13 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/url"
 	"strconv"
 	"text/tabwriter"
 	"time"
 
-	"edgepipe/api"
+	"edgepipe/client"
 )
 
 func init() {
@@ -69,16 +67,8 @@ Lists dead letters, newest first. Without --all only those not yet redriven.`)
 	if err != nil {
 		return err
 	}
-	q := url.Values{}
-	q.Set("limit", strconv.Itoa(*limit))
-	if *all {
-		q.Set("include_redriven", "true")
-	}
-	if *after > 0 {
-		q.Set("after", strconv.FormatInt(*after, 10))
-	}
-	var page api.DeadLetterList
-	if _, err := c.doJSON(ctx, http.MethodGet, c.endpoint("v1", "admin", "dead-letters")+"?"+q.Encode(), nil, nil, &page); err != nil {
+	page, err := c.DeadLetters(ctx, client.DeadLetterOptions{IncludeRedriven: *all, After: *after, Limit: *limit})
+	if err != nil {
 		return err
 	}
 	if *asJSON {
@@ -146,10 +136,8 @@ pending. A dead letter is redriven at most once.`)
 	if err != nil {
 		return err
 	}
-	var j api.AdminJob
-	// The API wants a JSON (or form) content type even though it ignores
-	// the body: that is what keeps cross-site form posts out.
-	if _, err := c.doJSON(ctx, http.MethodPost, c.endpoint("v1", "admin", "dead-letters", strconv.FormatInt(id, 10), "redrive"), nil, []byte("{}"), &j); err != nil {
+	j, err := c.Redrive(ctx, id)
+	if err != nil {
 		return err
 	}
 	if *asJSON {

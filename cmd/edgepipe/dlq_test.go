@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"edgepipe/api"
+	"edgepipe/client"
 	"edgepipe/pipeline"
 )
 
@@ -102,7 +103,7 @@ func TestDLQRedrive(t *testing.T) {
 
 	c, _ = dlqServer(t)
 	err := c.dlq(context.Background(), []string{"redrive", "9"})
-	var ae *apiError
+	var ae *client.APIError
 	if !errors.As(err, &ae) || ae.Status != 409 || err.Error() != "Workflow version not bound: bind it, then redrive (version_unbound)" {
 		t.Errorf("err = %v", err)
 	}

@@ -67,16 +67,27 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := cmd.run(ctx, args[1:])
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, errExit):
-		return 1
+	code := exitCode(err)
+	if err != nil && code != exitOK && !errors.Is(err, errExit) {
+		fmt.Fprintf(os.Stderr, "edgepipe %s: %s\n", args[0], oneLine(err))
 	}
-	fmt.Fprintf(os.Stderr, "edgepipe %s: %s\n", args[0], oneLine(err))
-	return 1
+	return code
+}
+
+// exitCode is the exit status for a command's error: 0 for none (and for
+// --help), 2 for a usage error, the status an error carries (a settled
+// job, a timeout, a refused submission), else 1.
+func exitCode(err error) int {
+	var ec interface{ ExitCode() int }
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &ec):
+		return ec.ExitCode()
+	case errors.Is(err, errUsage):
+		return exitUsage
+	}
+	return exitError
 }
 
 // errExit signals a failure already reported to the user.
@@ -100,6 +111,17 @@ func newFlags(name, usageLine, help string) *flag.FlagSet {
 		}
 	}
 	return fs
+}
+
+// loadConfig reads the command's EDGEPIPE_* settings; the logger writes to
+// its stderr.
+func (e *cliEnv) loadConfig() (app.Config, *slog.Logger, error) {
+	cfg, err := app.FromEnv(e.getenv, e.environ)
+	if err != nil {
+		return cfg, nil, err
+	}
+	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	return cfg, log, nil
 }
 
 // loadConfig reads EDGEPIPE_* settings.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,7 +15,8 @@ import (
 )
 
 func init() {
-	register("serve", "run the API, workers, sweeper and webhook dispatcher (fake providers unless EDGEPIPE_PROVIDER_URL)", serve)
+	register("serve", "run the API, workers, sweeper and webhook dispatcher (fake providers unless EDGEPIPE_PROVIDER_URL)",
+		func(ctx context.Context, args []string) error { return osEnv().serve(ctx, args) })
 	register("worker", "run workers only (scale-out; shares the database file)", workerCmd)
 }
 
@@ -26,18 +28,24 @@ providers run in-process on a loopback port. Without EDGEPIPE_TOKENS the
 server only listens on loopback and prints a development token (also written
 to $EDGEPIPE_DATA_DIR/dev-token, which the client commands read).`
 
-func serve(ctx context.Context, args []string) error {
+func (e *cliEnv) serve(ctx context.Context, args []string) error {
 	fs := newFlags("serve", "[--grace 30s]", serveHelp)
+	fs.SetOutput(e.stderr)
 	grace := fs.Duration("grace", 30*time.Second, "how long in-flight jobs may finish at shutdown before they are released")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg, log, err := loadConfig()
+	cfg, log, err := e.loadConfig()
 	if err != nil {
 		return err
 	}
+	// Refuse a bad configuration before anything is written: the
+	// development token files below, the database and objects in Open.
+	if err := cfg.Check(cfg.Workers); err != nil {
+		return err
+	}
 	if len(cfg.Tokens) == 0 {
-		if err := devMode(&cfg); err != nil {
+		if err := devMode(&cfg, e.stderr); err != nil {
 			return err
 		}
 	}
@@ -91,7 +99,7 @@ scale out; each consumes the queues of the versions in EDGEPIPE_BINDINGS.`)
 
 // devMode is local development without configured tokens: loopback only,
 // and one development tenant whose token is printed and saved.
-func devMode(cfg *app.Config) error {
+func devMode(cfg *app.Config, stderr io.Writer) error {
 	host, _, err := net.SplitHostPort(cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("EDGEPIPE_ADDR: %w", err)
@@ -114,7 +122,7 @@ func devMode(cfg *app.Config) error {
 		}
 		adminNote = fmt.Sprintf("; admin token %s (saved in %s)", cfg.AdminToken, filepath.Join(cfg.DataDir, "dev-admin-token"))
 	}
-	fmt.Fprintf(os.Stderr, "edgepipe: development mode (EDGEPIPE_TOKENS unset): tenant \"dev\", token %s (saved in %s)%s\n",
+	fmt.Fprintf(stderr, "edgepipe: development mode (EDGEPIPE_TOKENS unset): tenant \"dev\", token %s (saved in %s)%s\n",
 		tok, filepath.Join(cfg.DataDir, "dev-token"), adminNote)
 	return nil
 }

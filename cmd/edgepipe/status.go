@@ -33,7 +33,7 @@ whatever its status; use submit --wait to wait for an outcome.`)
 	if err != nil {
 		return err
 	}
-	j, err := c.getJob(ctx, pos[0])
+	j, err := c.Get(ctx, pos[0])
 	if err != nil {
 		return err
 	}

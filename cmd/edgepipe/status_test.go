@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"edgepipe/api"
+	"edgepipe/client"
 	"edgepipe/pipeline"
 )
 
@@ -73,7 +74,7 @@ func TestStatusJSONAndNotFound(t *testing.T) {
 	}
 	c = newTestCLI(t, srv.URL)
 	err := c.status(context.Background(), []string{"v1-gone"})
-	var ae *apiError
+	var ae *client.APIError
 	if !errors.As(err, &ae) || err.Error() != "Not found: no such resource (not_found)" {
 		t.Errorf("err = %v", err)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -10,15 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"edgepipe/api"
+	"edgepipe/client"
 	"edgepipe/pipeline"
 	"edgepipe/render"
 )
@@ -39,20 +36,31 @@ rendering it twice. Pass a new --key to render the same storyboard again.
 --id sets the job's instance_id, whose prefix picks the workflow version
 (v2-my-job runs on v2; no prefix runs on v1).
 
-With --wait, follows the job's event stream (a progress bar on a terminal,
-plain lines otherwise; reconnecting if the connection drops) until it
-succeeds, fails or needs an operator. On success it prints the result, and
-when ffprobe is installed (or --out is given) downloads the MP4 (default
-./<id>.mp4), checks its SHA-256 and prints what ffprobe sees. The exit status
-is 0 only for a succeeded job.`
+With --wait, follows the job's event stream from its first event (a
+progress bar on a terminal, plain lines otherwise; reconnecting if the
+connection drops) until it succeeds, fails or needs an operator. Times are
+the job's own, taken from its events and counted from its creation, so
+waiting on a job that finished long ago replays its real history. On
+success it prints the result, and when ffprobe is installed (or --out is
+given) downloads the MP4 (default ./<id>.mp4), checks its SHA-256 and prints
+what ffprobe sees.
+
+Exit status:
+  0  submitted (without --wait), or the job succeeded (with --wait)
+  1  any other error: server unreachable, download or ffprobe failed,
+     interrupted
+  2  usage error
+  3  the job failed
+  4  the job needs review: an operator must retry or fail it (edgepipe review)
+  5  the job was dead-lettered (edgepipe dlq list)
+  6  the job was canceled
+  7  timeout: --timeout passed first; the job keeps running
+  8  refused: the server refused the submission (invalid storyboard or id,
+     Idempotency-Key reused for another request, bad token: a 4xx answer)`
 
 // maxStoryboardFile bounds what submit reads; the server's default limit
 // is 1 MiB, so anything larger is refused there anyway.
 const maxStoryboardFile = 4 << 20
-
-// maxStreamFailures is how many connections in a row may end without an
-// event before --wait gives up (about two minutes at the default pacing).
-const maxStreamFailures = 20
 
 // idempotencyKeyPrefix starts the keys submit derives, so they are told
 // apart from keys people choose.
@@ -105,14 +113,15 @@ func (e *cliEnv) submit(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	hdr := http.Header{}
-	hdr.Set(api.HeaderIdempotencyKey, o.key)
-	var job api.JobResource
-	resp, err := c.doJSON(ctx, http.MethodPost, c.endpoint("v1", "jobs"), hdr, body, &job)
+	sub, err := c.Submit(ctx, o.key, body)
 	if err != nil {
+		var ae *client.APIError
+		if errors.As(err, &ae) && ae.Status < 500 {
+			return &codedError{code: exitRefused, err: err}
+		}
 		return err
 	}
-	replayed := resp.Header.Get(api.HeaderIdempotentReplayed) == "true"
+	job, replayed := sub.Job, sub.Replayed
 	if !o.json {
 		id, st := clean(job.ID, 64), clean(string(job.Status), 32)
 		fmt.Fprintln(e.stdout, id)
@@ -136,19 +145,27 @@ func (e *cliEnv) submit(ctx context.Context, args []string) error {
 		wctx, cancel = context.WithTimeout(ctx, o.timeout)
 		defer cancel()
 	}
-	started := e.now()
-	tr := newTracker(e.stderr, e.tty, job, scenes, e.now)
-	job, err = c.follow(wctx, job, tr)
+	// The stream starts at the job's first event, so the tracker starts
+	// from nothing and draws the job's real history, with the times its
+	// events carry, whether the job is live or long finished.
+	tr := newTracker(e.stderr, e.tty, job, scenes)
+	final, err := c.Follow(wctx, job.ID, client.FollowOptions{
+		OnEvent:     tr.event,
+		OnJob:       tr.observe,
+		OnReconnect: func(error) { tr.note("reconnecting") },
+	})
 	tr.finish()
 	if err != nil {
+		id := clean(job.ID, 64)
 		if ctx.Err() == nil && wctx.Err() != nil {
-			return fmt.Errorf("gave up waiting after %s; job %s keeps running (edgepipe status %s)", o.timeout, clean(job.ID, 64), clean(job.ID, 64))
+			return &codedError{code: exitTimeout, err: fmt.Errorf("gave up waiting after %s; job %s keeps running (edgepipe status %s)", o.timeout, id, id)}
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("interrupted; job %s keeps running (edgepipe status %s)", clean(job.ID, 64), clean(job.ID, 64))
+			return fmt.Errorf("interrupted; job %s keeps running (edgepipe status %s)", id, id)
 		}
 		return err
 	}
+	job = final
 	out.Job = job
 	if job.Status == pipeline.StatusSucceeded {
 		if err := c.fetchResult(ctx, &out, o.out); err != nil {
@@ -160,7 +177,7 @@ func (e *cliEnv) submit(ctx context.Context, args []string) error {
 			return err
 		}
 	} else {
-		printOutcome(e.stdout, out, e.now().Sub(started))
+		printOutcome(e.stdout, out)
 	}
 	return settledError(job)
 }
@@ -234,202 +251,9 @@ func derivedKey(body []byte) string {
 	return idempotencyKeyPrefix + hex.EncodeToString(sum[:])
 }
 
-// follow reads the job's event stream until the job settles, reconnecting
-// with Last-Event-ID whenever the stream ends early, and returns the job as
-// it is then. The server closes the stream at a settled status; any other
-// end is a drop.
-func (c *client) follow(ctx context.Context, job api.JobResource, tr *tracker) (api.JobResource, error) {
-	var last int64
-	delay := c.env.reconnectDelay
-	failures := 0
-	for {
-		settled, got, err := c.stream(ctx, job.ID, &last, tr)
-		if ctx.Err() != nil {
-			return job, ctx.Err()
-		}
-		var ae *apiError
-		if errors.As(err, &ae) && ae.Status < 500 && ae.Status != http.StatusTooManyRequests {
-			return job, err // 401, 404: reconnecting cannot help
-		}
-		// Whether the stream ended at a settled event or not (the server
-		// restarted, a proxy cut it, or the job settled before we
-		// connected and nothing was left after our cursor), the job
-		// resource has the last word.
-		j, gerr := c.getJob(ctx, job.ID)
-		if gerr == nil {
-			job = j
-			if j.Status.Settled() {
-				return j, nil
-			}
-			tr.observe(j)
-		} else if settled || errors.As(gerr, &ae) && ae.Status < 500 && ae.Status != http.StatusTooManyRequests {
-			return job, gerr
-		} else if err == nil {
-			err = gerr
-		}
-		if got {
-			failures, delay = 0, c.env.reconnectDelay
-		} else {
-			failures++
-		}
-		if failures >= maxStreamFailures {
-			if err == nil {
-				err = errors.New("the event stream keeps closing without news")
-			}
-			return job, fmt.Errorf("following job %s: %w", job.ID, err)
-		}
-		tr.note("reconnecting")
-		select {
-		case <-ctx.Done():
-			return job, ctx.Err()
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, c.env.reconnectMax)
-	}
-}
-
-// stream reads one connection of the event stream, resuming after *last.
-// settled reports that an event moved the job to a settled status; got,
-// that at least one event arrived.
-func (c *client) stream(parent context.Context, id string, last *int64, tr *tracker) (settled, got bool, err error) {
-	ctx, cancel := context.WithCancel(parent)
-	defer cancel()
-	hdr := http.Header{}
-	hdr.Set("Accept", "text/event-stream")
-	if *last > 0 {
-		hdr.Set("Last-Event-ID", strconv.FormatInt(*last, 10))
-	}
-	resp, err := c.request(ctx, http.MethodGet, c.endpoint("v1", "jobs", id, "events"), hdr, nil)
-	if err != nil {
-		return false, false, err
-	}
-	defer resp.Body.Close()
-	// The server sends a comment at least every 15 s. A connection that
-	// stays silent much longer died without a reset (a NAT or proxy lost
-	// it): drop it and reconnect rather than wait forever.
-	idle := time.AfterFunc(c.env.streamIdle, cancel)
-	defer idle.Stop()
-	sr := newSSEReader(&watchdogReader{r: resp.Body, idle: idle, d: c.env.streamIdle})
-	for {
-		ev, err := sr.next()
-		if err != nil {
-			switch {
-			case errors.Is(err, io.EOF):
-				err = nil
-			case ctx.Err() != nil && parent.Err() == nil:
-				err = errStreamSilent
-			}
-			return false, got, err
-		}
-		if n, perr := strconv.ParseInt(ev.id, 10, 64); perr == nil && n > *last {
-			*last = n
-		}
-		if ev.data == "" {
-			continue
-		}
-		var m api.EventMessage
-		if json.Unmarshal([]byte(ev.data), &m) != nil {
-			continue // not ours to judge; the job resource is the truth
-		}
-		got = true
-		tr.event(m)
-		if m.To.Settled() {
-			return true, true, nil
-		}
-	}
-}
-
-// errStreamSilent: the event stream sent nothing, not even a keep-alive,
-// for longer than the idle limit.
-var errStreamSilent = errors.New("the event stream went silent")
-
-// watchdogReader pushes the idle timer back whenever bytes arrive.
-type watchdogReader struct {
-	r    io.Reader
-	idle *time.Timer
-	d    time.Duration
-}
-
-func (w *watchdogReader) Read(p []byte) (int, error) {
-	n, err := w.r.Read(p)
-	if n > 0 {
-		w.idle.Reset(w.d)
-	}
-	return n, err
-}
-
-// sseEvent is one dispatched Server-Sent Event.
-type sseEvent struct {
-	id, event, data string
-}
-
-// sseReader parses a text/event-stream (the WHATWG EventSource rules for
-// the fields edgepipe sends: id, event, data, comments; retry is ignored
-// because follow paces itself).
-type sseReader struct {
-	sc     *bufio.Scanner
-	lastID string
-}
-
-// maxSSELine bounds one line of the stream; edgepipe's are far shorter.
-const maxSSELine = 1 << 20
-
-func newSSEReader(r io.Reader) *sseReader {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), maxSSELine)
-	return &sseReader{sc: sc}
-}
-
-// next returns the next event with data, or io.EOF when the stream ends.
-// An event cut off by the end of the stream is dropped, as EventSource
-// does: its id was never confirmed.
-func (r *sseReader) next() (sseEvent, error) {
-	var data strings.Builder
-	var event string
-	hasData := false
-	id := r.lastID
-	for r.sc.Scan() {
-		line := r.sc.Text()
-		if line == "" {
-			if !hasData {
-				event = ""
-				r.lastID = id
-				continue
-			}
-			r.lastID = id
-			return sseEvent{id: id, event: event, data: data.String()}, nil
-		}
-		if line[0] == ':' {
-			continue
-		}
-		field, value, found := strings.Cut(line, ":")
-		if found {
-			value = strings.TrimPrefix(value, " ")
-		}
-		switch field {
-		case "data":
-			if hasData {
-				data.WriteByte('\n')
-			}
-			data.WriteString(value)
-			hasData = true
-		case "event":
-			event = value
-		case "id":
-			if !strings.ContainsRune(value, 0) {
-				id = value
-			}
-		}
-	}
-	if err := r.sc.Err(); err != nil {
-		return sseEvent{}, err
-	}
-	return sseEvent{}, io.EOF
-}
-
 // fetchResult downloads the MP4 and probes it. Without ffprobe the download
 // happens only when --out asked for it.
-func (c *client) fetchResult(ctx context.Context, out *submitOutput, dest string) error {
+func (c *apiClient) fetchResult(ctx context.Context, out *submitOutput, dest string) error {
 	res := out.Job.Result
 	if res == nil {
 		return fmt.Errorf("job %s succeeded but has no result", out.Job.ID)
@@ -442,8 +266,8 @@ func (c *client) fetchResult(ctx context.Context, out *submitOutput, dest string
 	if dest == "" {
 		dest = safeFileName(out.Job.ID) + ".mp4"
 	}
-	if err := c.download(ctx, out.Job.ID, res.SHA256, dest); err != nil {
-		return err
+	if err := c.SaveResult(ctx, out.Job.ID, dest, res.SHA256); err != nil {
+		return fmt.Errorf("download result: %w", err)
 	}
 	out.File = dest
 	if lookErr != nil {
@@ -468,41 +292,6 @@ func safeFileName(id string) string {
 		return "result"
 	}
 	return id
-}
-
-// download saves GET /v1/jobs/{id}/result (following a redirect to a
-// presigned URL) at dest, through a temporary file so dest is either the
-// whole verified file or untouched.
-func (c *client) download(ctx context.Context, id, wantSHA, dest string) error {
-	resp, err := c.request(ctx, http.MethodGet, c.endpoint("v1", "jobs", id, "result"), nil, nil)
-	if err != nil {
-		return fmt.Errorf("download result: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("download result: unexpected HTTP %d", resp.StatusCode)
-	}
-	dir := filepath.Dir(dest)
-	tmp, err := os.CreateTemp(dir, ".edgepipe-download-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // after the rename this removes nothing
-	h := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(tmp, h), resp.Body); err != nil {
-		tmp.Close()
-		return fmt.Errorf("download result: %w", transportError(err))
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); wantSHA != "" && got != wantSHA {
-		return fmt.Errorf("download result: SHA-256 %s does not match the job's %s", got, clean(wantSHA, 64))
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), dest)
 }
 
 // probeSummary is the part of an ffprobe result submit shows.
@@ -544,9 +333,13 @@ func summarize(p render.ProbeResult) *probeSummary {
 	return s
 }
 
-// printOutcome prints a settled job's result for people.
-func printOutcome(w io.Writer, out submitOutput, took time.Duration) {
+// printOutcome prints a settled job's result for people. The time is the
+// job's own, from its creation to the status it settled in, not how long
+// this command waited: a replay of a finished job reports when it really
+// ran.
+func printOutcome(w io.Writer, out submitOutput) {
 	j := out.Job
+	took := max(j.StatusChangedAt.Sub(j.CreatedAt), 0)
 	fmt.Fprintf(w, "%s %s after %s (attempts %d)\n", clean(j.ID, 64), clean(string(j.Status), 32), took.Round(100*time.Millisecond), j.Attempts)
 	if j.Status != pipeline.StatusSucceeded || j.Result == nil {
 		return
@@ -611,6 +404,21 @@ type jobError struct {
 	Err    *api.JobError
 }
 
+// ExitCode is the exit status of submit --wait for the job's status.
+func (e *jobError) ExitCode() int {
+	switch e.Status {
+	case pipeline.StatusFailed:
+		return exitFailed
+	case pipeline.StatusNeedsReview:
+		return exitNeedsReview
+	case pipeline.StatusDeadLettered:
+		return exitDeadLettered
+	case pipeline.StatusCanceled:
+		return exitCanceled
+	}
+	return exitError
+}
+
 func (e *jobError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "job %s %s", clean(e.ID, 64), clean(strings.ReplaceAll(string(e.Status), "_", "-"), 32))
@@ -623,186 +431,9 @@ func (e *jobError) Error() string {
 	}
 	switch e.Status {
 	case pipeline.StatusNeedsReview:
-		b.WriteString("; an operator must retry or fail it (/admin)")
+		b.WriteString("; an operator must retry or fail it (edgepipe review)")
 	case pipeline.StatusDeadLettered:
 		b.WriteString("; see edgepipe dlq list")
 	}
 	return b.String()
-}
-
-// tracker shows a job's progress from its events: a bar redrawn in place on
-// a terminal, a line per change otherwise.
-type tracker struct {
-	w      io.Writer
-	tty    bool
-	now    func() time.Time
-	start  time.Time
-	id     string
-	status pipeline.Status
-	total  int
-	done   int
-	scenes map[int]bool
-	stage  string // last finished stage of the current attempt
-	extra  string // retry countdown, error code
-	conn   string // connection trouble, until the next event
-	last   string
-	drawn  bool
-}
-
-func newTracker(w io.Writer, tty bool, j api.JobResource, scenes int, now func() time.Time) *tracker {
-	t := &tracker{w: w, tty: tty, now: now, start: now(), id: clean(j.ID, 64), status: j.Status,
-		total: scenes, done: j.Progress.UnitsDone, stage: j.Progress.Stage, scenes: map[int]bool{}}
-	if j.Progress.UnitsTotal > 0 {
-		t.total = j.Progress.UnitsTotal
-	}
-	return t
-}
-
-// detailInt reads a small non-negative number from an event's detail.
-func detailInt(d map[string]any, k string) (int, bool) {
-	var f float64
-	switch v := d[k].(type) {
-	case float64:
-		f = v
-	case int:
-		f = float64(v)
-	case json.Number:
-		var err error
-		if f, err = v.Float64(); err != nil {
-			return 0, false
-		}
-	default:
-		return 0, false
-	}
-	if f < 0 || f > 1e6 || f != float64(int(f)) {
-		return 0, false
-	}
-	return int(f), true
-}
-
-// event folds one event into the display.
-func (t *tracker) event(m api.EventMessage) {
-	t.conn = ""
-	if n, ok := detailInt(m.Detail, "units_total"); ok && n > 0 {
-		t.total = n
-	}
-	switch m.Kind {
-	case pipeline.EventStatus, pipeline.EventCreated, pipeline.EventRedriven, pipeline.EventDecision:
-		if m.To != "" {
-			if m.To == pipeline.StatusRunning && t.status != pipeline.StatusRunning {
-				t.stage, t.scenes = "", map[int]bool{} // a new attempt starts over
-			}
-			t.status = m.To
-		}
-		t.extra = ""
-		if code, ok := m.Detail["error_code"].(string); ok && code != "" {
-			t.extra = clean(code, 64)
-		}
-		if at, ok := m.Detail["next_run_at"].(string); ok && m.To == pipeline.StatusRetryWait {
-			if ts, err := time.Parse(time.RFC3339Nano, at); err == nil {
-				t.extra = strings.TrimSpace(fmt.Sprintf("%s, retry in %s", t.extra, ts.Sub(t.now()).Round(time.Second)))
-			}
-		}
-	case pipeline.EventStageStarted:
-		// The next stage is shown from the finished one already.
-	case pipeline.EventStageFinished:
-		if s, ok := m.Detail["stage"].(string); ok {
-			t.stage = clean(s, 32)
-		}
-		if n, ok := detailInt(m.Detail, "units_done"); ok {
-			t.done = n
-		}
-	case pipeline.EventUnitGenerated:
-		if n, ok := detailInt(m.Detail, "scene"); ok {
-			t.scenes[n] = true
-			t.done = max(t.done, len(t.scenes))
-		}
-	}
-	t.draw()
-}
-
-// observe folds a fresh job resource into the display.
-func (t *tracker) observe(j api.JobResource) {
-	t.status = j.Status
-	if j.Progress.UnitsTotal > 0 {
-		t.total = j.Progress.UnitsTotal
-	}
-	t.done = max(t.done, j.Progress.UnitsDone)
-	t.draw()
-}
-
-// note shows connection trouble until the next event arrives.
-func (t *tracker) note(s string) {
-	t.conn = s
-	t.draw()
-}
-
-// activity names what the job is doing now.
-func (t *tracker) activity() string {
-	switch t.status {
-	case pipeline.StatusPending:
-		return "queued"
-	case pipeline.StatusRunning:
-		switch t.stage {
-		case "":
-			return "preparing"
-		case pipeline.StagePrepare:
-			return "generating scenes"
-		case pipeline.StageExecute:
-			return "rendering clips"
-		case pipeline.StageApply:
-			return "joining and storing the MP4"
-		default:
-			return "finishing"
-		}
-	}
-	return strings.ReplaceAll(string(t.status), "_", " ")
-}
-
-func (t *tracker) line() string {
-	const width = 24
-	done, total := t.done, t.total
-	if t.status == pipeline.StatusSucceeded && total > 0 {
-		done = total
-	}
-	filled := 0
-	if total > 0 {
-		filled = min(width, done*width/total)
-	}
-	s := fmt.Sprintf("[%s%s] %d/%d scenes · %s", strings.Repeat("#", filled), strings.Repeat("-", width-filled),
-		done, total, t.activity())
-	if !t.tty {
-		// Lines in a log need the job they are about; the bar sits right
-		// under the line that named it, and must fit on one screen line.
-		s = t.id + " " + s
-	}
-	if t.extra != "" {
-		s += " (" + t.extra + ")"
-	}
-	if t.conn != "" {
-		s += " [" + t.conn + "]"
-	}
-	return s
-}
-
-func (t *tracker) draw() {
-	l := t.line()
-	if l == t.last {
-		return
-	}
-	t.last = l
-	if t.tty {
-		// \r and "erase line": redraw in place.
-		fmt.Fprintf(t.w, "\r\x1b[K%s %s", l, t.now().Sub(t.start).Round(100*time.Millisecond))
-		t.drawn = true
-		return
-	}
-	fmt.Fprintln(t.w, l)
-}
-
-// finish ends the bar's line so later output starts on a fresh one.
-func (t *tracker) finish() {
-	if t.tty && t.drawn {
-		fmt.Fprintln(t.w)
-	}
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"edgepipe/api"
+	"edgepipe/client"
 	"edgepipe/pipeline"
 )
 
@@ -189,6 +190,9 @@ type waitServer struct {
 	// stallAfter > 0: the first connection goes silent (no keep-alives)
 	// after this many events, like a connection a NAT forgot.
 	stallAfter int
+	// submitted, when set, is the answer to the submission, sent as a
+	// replay (Idempotent-Replayed: true).
+	submitted *api.JobResource
 
 	mu       sync.Mutex
 	conns    int
@@ -200,6 +204,11 @@ func (s *waitServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	base := "/v1/jobs/" + s.id
 	switch {
 	case r.Method == "POST" && r.URL.Path == "/v1/jobs":
+		if s.submitted != nil {
+			w.Header().Set(api.HeaderIdempotentReplayed, "true")
+			respondJSON(w, http.StatusAccepted, *s.submitted)
+			return
+		}
 		respondJSON(w, http.StatusAccepted, jobResource(s.id, pipeline.StatusPending))
 	case r.URL.Path == base+"/events":
 		s.mu.Lock()
@@ -226,11 +235,13 @@ func (s *waitServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				fmt.Fprintf(w, "id: %d\ndata: {\"id\":", m.ID)
 				return
 			}
-			sseWrite(w, m)
-			n++
+			// Recorded before it is sent: once the client has the
+			// event, the job resource must agree with it.
 			s.mu.Lock()
 			s.streamed = max(s.streamed, int(m.ID))
 			s.mu.Unlock()
+			sseWrite(w, m)
+			n++
 		}
 		if s.holdOpen {
 			<-r.Context().Done()
@@ -263,8 +274,10 @@ func ev(id int64, kind string, from, to pipeline.Status, detail map[string]any) 
 	return api.EventMessage{ID: id, Kind: kind, From: from, To: to, At: t0, Detail: detail}
 }
 
+// successScript is a job's log from creation to success, one event every
+// 250ms.
 func successScript() []api.EventMessage {
-	return []api.EventMessage{
+	s := []api.EventMessage{
 		ev(1, "created", "", pipeline.StatusPending, map[string]any{"version": "v1"}),
 		ev(2, "status", pipeline.StatusPending, pipeline.StatusRunning, map[string]any{"attempt": 1}),
 		ev(3, "stage_finished", "", "", map[string]any{"stage": "prepare", "units_done": 0}),
@@ -277,6 +290,10 @@ func successScript() []api.EventMessage {
 		ev(10, "stage_finished", "", "", map[string]any{"stage": "finalize", "units_done": 4}),
 		ev(11, "status", pipeline.StatusRunning, pipeline.StatusSucceeded, map[string]any{"attempt": 1}),
 	}
+	for i := range s {
+		s[i].At = t0.Add(time.Duration(i) * 250 * time.Millisecond)
+	}
+	return s
 }
 
 func succeededJob(id string, mp4 []byte) api.JobResource {
@@ -319,10 +336,10 @@ func TestSubmitWaitFollowsTheStream(t *testing.T) {
 	}
 	// Not a terminal: one plain line per change, ending full.
 	stderr := c.errOut.String()
-	for _, want := range []string{"v1-wait [------------------------] 0/4 scenes · queued\n",
-		"v1-wait [############------------] 2/4 scenes · generating scenes\n",
-		"2/4 scenes · generating scenes [reconnecting]\n", "4/4 scenes · rendering clips\n",
-		"v1-wait [########################] 4/4 scenes · succeeded\n"} {
+	for _, want := range []string{"v1-wait [------------------------] 0/4 scenes · queued +0.0s\n",
+		"v1-wait [############------------] 2/4 scenes · generating scenes +1.0s\n",
+		"2/4 scenes · generating scenes [reconnecting] +1.0s\n", "4/4 scenes · rendering clips +1.8s\n",
+		"v1-wait [########################] 4/4 scenes · succeeded +2.5s\n"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("progress lacks %q:\n%s", want, stderr)
 		}
@@ -432,7 +449,7 @@ func TestSubmitWaitNeedsReviewExits1(t *testing.T) {
 	if !errors.As(err, &je) || je.Status != pipeline.StatusNeedsReview {
 		t.Fatalf("err = %v, want a needs_review jobError", err)
 	}
-	want := "job v1-rev needs-review: the video provider may have billed the call; an operator must decide (provider_outcome_unknown); an operator must retry or fail it (/admin)"
+	want := "job v1-rev needs-review: the video provider may have billed the call; an operator must decide (provider_outcome_unknown); an operator must retry or fail it (edgepipe review)"
 	if err.Error() != want {
 		t.Errorf("err =\n  %s\nwant\n  %s", err, want)
 	}
@@ -461,7 +478,7 @@ func TestSettledError(t *testing.T) {
 		{pipeline.StatusCanceled, nil, "job j canceled"},
 		{pipeline.StatusDeadLettered, &api.JobError{Code: "unbound_version", Message: "v3 is not served"},
 			"job j dead-lettered: v3 is not served (unbound_version); see edgepipe dlq list"},
-		{pipeline.StatusNeedsReview, nil, "job j needs-review; an operator must retry or fail it (/admin)"},
+		{pipeline.StatusNeedsReview, nil, "job j needs-review; an operator must retry or fail it (edgepipe review)"},
 	} {
 		j := jobResource("j", tc.st)
 		j.Error = tc.err
@@ -511,8 +528,8 @@ func TestStreamRetriesThenGivesUp(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "following job v1-flaky: Service unavailable") {
 		t.Fatalf("err = %v", err)
 	}
-	if n := len(rec.find("GET", "/v1/jobs/v1-flaky/events")); n != maxStreamFailures {
-		t.Errorf("%d stream attempts, want %d", n, maxStreamFailures)
+	if n := len(rec.find("GET", "/v1/jobs/v1-flaky/events")); n != client.DefaultMaxStreamFailures {
+		t.Errorf("%d stream attempts, want %d", n, client.DefaultMaxStreamFailures)
 	}
 }
 
@@ -539,76 +556,17 @@ func TestSubmitWaitTimeout(t *testing.T) {
 	}
 }
 
-func TestSSEReader(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		name, in string
-		want     []sseEvent
-	}{
-		{"api format", "retry: 2000\n\nid: 1\nevent: created\ndata: {}\n\n: keep-alive\n\nid: 2\nevent: status\ndata: {\"a\":1}\n\n",
-			[]sseEvent{{"1", "created", "{}"}, {"2", "status", `{"a":1}`}}},
-		{"CRLF and multi-line data", "id: 7\r\ndata: a\r\ndata: b\r\n\r\n", []sseEvent{{"7", "", "a\nb"}}},
-		{"no space after colon, field without colon", "data:x\nevent\n\n", []sseEvent{{"", "", "x"}}},
-		{"id carries over", "id: 3\n\ndata: y\n\n", []sseEvent{{"3", "", "y"}}},
-		{"id with NUL is ignored", "id: 4\ndata: a\n\nid: 5\x00\ndata: b\n\n", []sseEvent{{"4", "", "a"}, {"4", "", "b"}}},
-		{"a cut-off event is dropped", "id: 1\ndata: a\n\nid: 2\ndata: {\"id\":", []sseEvent{{"1", "", "a"}}},
-		{"empty data is an event", "data\n\n", []sseEvent{{"", "", ""}}},
-		{"unknown fields ignored", "foo: bar\nretry: x\ndata: z\n\n", []sseEvent{{"", "", "z"}}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			r := newSSEReader(strings.NewReader(tc.in))
-			var got []sseEvent
-			for {
-				e, err := r.next()
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				got = append(got, e)
-			}
-			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
-				t.Errorf("got %q, want %q", got, tc.want)
-			}
-		})
-	}
-}
-
-// FuzzSSEReader: any byte stream parses without panicking and yields at
-// most one event per blank line.
-func FuzzSSEReader(f *testing.F) {
-	f.Add([]byte("id: 1\nevent: status\ndata: {\"to\":\"succeeded\"}\n\n"))
-	f.Add([]byte(": c\r\n\r\ndata\ndata:\n\nid:\x00\n\n"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		r := newSSEReader(bytes.NewReader(b))
-		n := 0
-		for {
-			_, err := r.next()
-			if err != nil {
-				break
-			}
-			n++
-			if n > bytes.Count(b, []byte("\n"))+1 {
-				t.Fatalf("%d events from %d lines", n, bytes.Count(b, []byte("\n")))
-			}
-		}
-	})
-}
-
 func TestTrackerTTY(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
-	now := t0
-	tr := newTracker(&buf, true, jobResource("v1-tty", pipeline.StatusPending), 2, func() time.Time { return now })
-	now = now.Add(1500 * time.Millisecond)
-	tr.event(ev(1, "status", pipeline.StatusPending, pipeline.StatusRunning, nil))
-	tr.event(ev(2, "unit_generated", "", "", map[string]any{"scene": 1}))
-	tr.event(ev(3, "unit_generated", "", "", map[string]any{"scene": 1})) // the same scene again
+	tr := newTracker(&buf, true, jobResource("v1-tty", pipeline.StatusPending), 2)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	tr.event(api.EventMessage{ID: 1, Kind: "status", From: pipeline.StatusPending, To: pipeline.StatusRunning, At: at(1500)})
+	tr.event(api.EventMessage{ID: 2, Kind: "unit_generated", At: at(2500), Detail: map[string]any{"scene": 1}})
+	tr.event(api.EventMessage{ID: 3, Kind: "unit_generated", At: at(2600), Detail: map[string]any{"scene": 1}}) // the same scene again
 	tr.finish()
-	want := "\r\x1b[K[------------------------] 0/2 scenes · preparing 1.5s" +
-		"\r\x1b[K[############------------] 1/2 scenes · preparing 1.5s\n"
+	want := "\r\x1b[K[------------------------] 0/2 scenes · preparing +1.5s" +
+		"\r\x1b[K[############------------] 1/2 scenes · preparing +2.5s\n"
 	if buf.String() != want {
 		t.Errorf("got  %q\nwant %q", buf.String(), want)
 	}
@@ -617,14 +575,16 @@ func TestTrackerTTY(t *testing.T) {
 func TestTrackerRetryWait(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
-	tr := newTracker(&buf, false, jobResource("j", pipeline.StatusRunning), 3, func() time.Time { return t0 })
-	tr.event(ev(1, "stage_finished", "", "", map[string]any{"stage": "prepare", "units_done": 1}))
-	tr.event(ev(2, "status", pipeline.StatusRunning, pipeline.StatusRetryWait,
+	tr := newTracker(&buf, false, jobResource("j", pipeline.StatusRunning), 3)
+	tr.event(ev(1, "status", pipeline.StatusPending, pipeline.StatusRunning, nil))
+	tr.event(ev(2, "stage_finished", "", "", map[string]any{"stage": "prepare", "units_done": 1}))
+	tr.event(ev(3, "status", pipeline.StatusRunning, pipeline.StatusRetryWait,
 		map[string]any{"error_code": "provider_timeout", "next_run_at": t0.Add(12 * time.Second).Format(time.RFC3339Nano)}))
-	tr.event(ev(3, "status", pipeline.StatusRetryWait, pipeline.StatusRunning, map[string]any{"attempt": 2}))
-	want := "j [########----------------] 1/3 scenes · generating scenes\n" +
-		"j [########----------------] 1/3 scenes · retry wait (provider_timeout, retry in 12s)\n" +
-		"j [########----------------] 1/3 scenes · preparing\n"
+	tr.event(ev(4, "status", pipeline.StatusRetryWait, pipeline.StatusRunning, map[string]any{"attempt": 2}))
+	want := "j [------------------------] 0/3 scenes · preparing +0.0s\n" +
+		"j [########----------------] 1/3 scenes · generating scenes +0.0s\n" +
+		"j [########----------------] 1/3 scenes · retry wait (provider_timeout, retry in 12s) +0.0s\n" +
+		"j [########----------------] 1/3 scenes · preparing +0.0s\n"
 	if buf.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", buf.String(), want)
 	}

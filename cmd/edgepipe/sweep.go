@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
-	"os"
 	"time"
 
 	"edgepipe/internal/app"
@@ -12,28 +12,47 @@ import (
 )
 
 func init() {
-	register("sweep", "remove objects no asset row or live claim refers to, and stale multipart uploads", sweep)
+	register("sweep", "remove objects no asset row or live claim refers to, and stale multipart uploads",
+		func(ctx context.Context, args []string) error { return osEnv().sweep(ctx, args) })
 }
 
-func sweep(ctx context.Context, args []string) error {
+func (e *cliEnv) sweep(ctx context.Context, args []string) error {
 	fs := newFlags("sweep", "[--dry-run] [--grace 1h] [--json]", `
 Deletes objects under edgepipe's prefixes (units/, renders/) that have no
 asset row and no live claim and are older than the grace period, drops claims
 of dead attempts, and aborts stale multipart uploads. serve runs this every
-EDGEPIPE_SWEEP_INTERVAL.`)
-	dry := fs.Bool("dry-run", false, "report what would be removed; remove nothing")
-	grace := fs.Duration("grace", -1, "minimum age of what is removed (default EDGEPIPE_SWEEP_GRACE, 1h)")
+EDGEPIPE_SWEEP_INTERVAL.
+
+--dry-run lists the orphans that would be deleted and changes nothing; it
+does not inspect stale claims or multipart uploads (only a real sweep
+counts those, as it removes them).`)
+	fs.SetOutput(e.stderr)
+	dry := fs.Bool("dry-run", false, "report the orphans that would be deleted; remove nothing")
+	// Zero is a valid grace (remove everything unreferenced now), so
+	// whether the flag was given is read from the flag set, not from a
+	// sentinel default that --help would print as "(default -1ns)".
+	var grace time.Duration
+	fs.DurationVar(&grace, "grace", 0, "minimum age of what is removed (default $EDGEPIPE_SWEEP_GRACE, else 1h)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
 		return err
 	}
-	cfg, log, err := loadConfig()
+	if err := wantArgs(fs, pos); err != nil {
+		return err
+	}
+	cfg, log, err := e.loadConfig()
 	if err != nil {
 		return err
 	}
 	g := cfg.SweepGrace
-	if *grace >= 0 {
-		g = *grace
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "grace" {
+			g = grace
+		}
+	})
+	if g < 0 {
+		return fmt.Errorf("%w: --grace must not be negative", errUsage)
 	}
 	a, err := app.Open(ctx, cfg, log)
 	if err != nil {
@@ -49,16 +68,17 @@ EDGEPIPE_SWEEP_INTERVAL.`)
 		return err
 	}
 	if *asJSON {
-		return json.NewEncoder(os.Stdout).Encode(rep)
+		return json.NewEncoder(e.stdout).Encode(rep)
 	}
-	verb := "deleted"
 	if *dry {
-		verb = "would delete"
+		fmt.Fprintf(e.stdout, "dry run: scanned %d objects; would delete %d orphans; stale claims and uploads not inspected (a real sweep drops and aborts them)\n",
+			rep.Scanned, len(rep.Orphans))
+	} else {
+		fmt.Fprintf(e.stdout, "scanned %d objects; deleted %d orphans; dropped %d stale claims; aborted %d stale uploads\n",
+			rep.Scanned, len(rep.Orphans), rep.StaleClaims, rep.AbortedUploads)
 	}
-	fmt.Printf("scanned %d objects; %s %d orphans; dropped %d stale claims; aborted %d stale uploads\n",
-		rep.Scanned, verb, len(rep.Orphans), rep.StaleClaims, rep.AbortedUploads)
 	for _, k := range rep.Orphans {
-		fmt.Println("  " + k)
+		fmt.Fprintln(e.stdout, "  "+clean(k, 1024))
 	}
 	return nil
 }

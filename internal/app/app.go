@@ -83,6 +83,15 @@ func openObjects(ctx context.Context, cfg Config, log *slog.Logger) (pipeline.Ob
 	if cfg.Store == "fs" {
 		return fs.New(ctx, fs.Config{Root: cfg.ObjectsDir, Logger: log})
 	}
+	sc, err := s3Config(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	return s3.New(ctx, sc)
+}
+
+// s3Config reads the EDGEPIPE_S3_* settings.
+func s3Config(cfg Config, log *slog.Logger) (s3.Config, error) {
 	g := cfg.getenv
 	sc := s3.Config{
 		Endpoint: g("EDGEPIPE_S3_ENDPOINT"), PresignEndpoint: g("EDGEPIPE_S3_PUBLIC_ENDPOINT"), Bucket: g("EDGEPIPE_S3_BUCKET"),
@@ -92,26 +101,26 @@ func openObjects(ctx context.Context, cfg Config, log *slog.Logger) (pipeline.Ob
 	var err error
 	if v := g("EDGEPIPE_S3_CREATE_BUCKET"); v != "" {
 		if sc.CreateBucket, err = boolSetting(g, "EDGEPIPE_S3_CREATE_BUCKET"); err != nil {
-			return nil, err
+			return sc, err
 		}
 	}
 	if v := g("EDGEPIPE_S3_PATH_STYLE"); v != "" {
 		b, err := boolSetting(g, "EDGEPIPE_S3_PATH_STYLE")
 		if err != nil {
-			return nil, err
+			return sc, err
 		}
 		sc.PathStyle = &b
 	}
 	if sc.SignPayload, err = boolSetting(g, "EDGEPIPE_S3_SIGN_PAYLOAD"); err != nil {
-		return nil, err
+		return sc, err
 	}
 	if sc.PartSizeMiB, err = intSetting(g, "EDGEPIPE_S3_PART_SIZE_MIB", 0, 5, 512); err != nil {
-		return nil, err
+		return sc, err
 	}
 	if sc.Concurrency, err = intSetting(g, "EDGEPIPE_S3_CONCURRENCY", 0, 1, 32); err != nil {
-		return nil, err
+		return sc, err
 	}
-	return s3.New(ctx, sc)
+	return sc, nil
 }
 
 // Parts are the long-running components a command starts.
@@ -168,10 +177,8 @@ func (a *App) Build(ctx context.Context, withAPI, withSweeper bool, workers int)
 		return nil, err
 	}
 	if workers > 0 {
-		for _, v := range a.Cfg.Routing.Bindings.Versions() {
-			if _, ok := pipeline.Workflows[v]; !ok {
-				return nil, fmt.Errorf("EDGEPIPE_BINDINGS: this build has no implementation of %s (it has v1 and v2)", v)
-			}
+		if err := checkBindings(a.Cfg); err != nil {
+			return nil, err
 		}
 		prov, err := a.providers(ctx)
 		if err != nil {

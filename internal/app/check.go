@@ -1,0 +1,73 @@
+package app
+
+import (
+	"fmt"
+
+	"edgepipe/failpoint"
+	"edgepipe/pipeline"
+	"edgepipe/provider"
+	"edgepipe/provider/fake"
+	"edgepipe/routing"
+	"edgepipe/storage/s3"
+)
+
+// Check validates the settings FromEnv leaves to the parts that use them
+// (routing, failpoints, bindings, provider or fake-provider settings, S3
+// settings) without opening or starting anything, so a command can refuse
+// a bad configuration before it changes anything on disk: serve writes its
+// development tokens only after this passed. workers is how many workers
+// the command will run (bindings and providers matter only to them).
+// Open and Build still check the same things, and what only a live
+// system can tell (ffmpeg present, S3 reachable, address free).
+func (c Config) Check(workers int) error {
+	if _, err := routing.NewRouter(c.Routing); err != nil {
+		return err
+	}
+	if _, err := failpoint.Parse(c.Failpoints, nil); err != nil {
+		return err
+	}
+	if workers > 0 {
+		if err := checkBindings(c); err != nil {
+			return err
+		}
+		// As providers() does: the provider settings count when a
+		// provider URL is set, the fake's when it is not.
+		if c.ProviderURL != "" {
+			if _, err := provider.ConfigFromEnv(c.getenv); err != nil {
+				return err
+			}
+		} else if _, err := fake.ConfigFromEnv(c.getenv); err != nil {
+			return err
+		}
+	}
+	if c.Store == "s3" {
+		sc, err := s3Config(c, nil)
+		if err != nil {
+			return err
+		}
+		// s3.New fills these defaults before it validates.
+		if sc.PartSizeMiB == 0 {
+			sc.PartSizeMiB = s3.DefaultPartSizeMiB
+		}
+		if sc.Concurrency == 0 {
+			sc.Concurrency = s3.DefaultConcurrency
+		}
+		if sc.ListPageSize == 0 {
+			sc.ListPageSize = s3.DefaultListPageSize
+		}
+		if err := sc.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkBindings refuses a binding this build has no workflow for.
+func checkBindings(c Config) error {
+	for _, v := range c.Routing.Bindings.Versions() {
+		if _, ok := pipeline.Workflows[v]; !ok {
+			return fmt.Errorf("EDGEPIPE_BINDINGS: this build has no implementation of %s (it has v1 and v2)", v)
+		}
+	}
+	return nil
+}
