@@ -172,10 +172,10 @@ func (s *Store) createTemp() (*os.File, error) {
 
 // Put streams r into key. See pipeline.ObjectStore.
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts pipeline.PutOptions) (pipeline.ObjectInfo, error) {
-	if err := ValidateKey(key); err != nil {
+	if err := pipeline.ValidateObjectKey(key); err != nil {
 		return pipeline.ObjectInfo{}, err
 	}
-	ct, err := contentType(opts.ContentType)
+	ct, err := pipeline.ObjectContentType(opts.ContentType)
 	if err != nil {
 		return pipeline.ObjectInfo{}, err
 	}
@@ -375,7 +375,7 @@ func readInfo(f *os.File, key string) (pipeline.ObjectInfo, error) {
 
 // Head returns key's metadata.
 func (s *Store) Head(ctx context.Context, key string) (pipeline.ObjectInfo, error) {
-	if err := ValidateKey(key); err != nil {
+	if err := pipeline.ValidateObjectKey(key); err != nil {
 		return pipeline.ObjectInfo{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -400,7 +400,7 @@ func (r sectionReadCloser) Close() error { return r.f.Close() }
 // describes the whole object. An offset past the end is ErrInvalidInput; a
 // range running past the end is cut short.
 func (s *Store) Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, pipeline.ObjectInfo, error) {
-	if err := ValidateKey(key); err != nil {
+	if err := pipeline.ValidateObjectKey(key); err != nil {
 		return nil, pipeline.ObjectInfo{}, err
 	}
 	if offset < 0 {
@@ -426,7 +426,7 @@ func (s *Store) Get(ctx context.Context, key string, offset, length int64) (io.R
 
 // Delete removes key and then any directories it leaves empty.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := ValidateKey(key); err != nil {
+	if err := pipeline.ValidateObjectKey(key); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -458,7 +458,7 @@ var errStop = errors.New("stop")
 // List calls fn for every object whose key starts with prefix, in byte
 // order of the keys.
 func (s *Store) List(ctx context.Context, prefix string, fn func(pipeline.ObjectInfo) bool) error {
-	if err := validatePrefix(prefix); err != nil {
+	if err := pipeline.ValidateObjectPrefix(prefix); err != nil {
 		return err
 	}
 	// "renders/ab" → walk objects/renders/, keeping names starting with "ab".

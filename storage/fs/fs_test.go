@@ -194,18 +194,18 @@ func (r *sweepingReader) Read(p []byte) (int, error) {
 func TestValidateKey(t *testing.T) {
 	t.Parallel()
 	for _, k := range storagetest.InvalidKeys {
-		if err := ValidateKey(k); !errors.Is(err, pipeline.ErrInvalidInput) {
-			t.Errorf("ValidateKey(%.40q) = %v, want ErrInvalidInput", k, err)
+		if err := pipeline.ValidateObjectKey(k); !errors.Is(err, pipeline.ErrInvalidInput) {
+			t.Errorf("pipeline.ValidateObjectKey(%.40q) = %v, want ErrInvalidInput", k, err)
 		}
 	}
 	for _, k := range storagetest.ValidKeys {
-		if err := ValidateKey(k); err != nil {
-			t.Errorf("ValidateKey(%.40q) = %v", k, err)
+		if err := pipeline.ValidateObjectKey(k); err != nil {
+			t.Errorf("pipeline.ValidateObjectKey(%.40q) = %v", k, err)
 		}
 	}
 	for _, p := range []string{"", "a/", "a/b", "a/.", "a/..", ".", "renders/"} {
-		if err := validatePrefix(p); err != nil {
-			t.Errorf("validatePrefix(%q) = %v, want nil", p, err)
+		if err := pipeline.ValidateObjectPrefix(p); err != nil {
+			t.Errorf("pipeline.ValidateObjectPrefix(%q) = %v, want nil", p, err)
 		}
 	}
 }
@@ -215,7 +215,7 @@ func FuzzValidateKey(f *testing.F) {
 		f.Add(k)
 	}
 	f.Fuzz(func(t *testing.T, key string) {
-		if ValidateKey(key) != nil {
+		if pipeline.ValidateObjectKey(key) != nil {
 			return
 		}
 		// A valid key never leaves the objects directory and maps back.
@@ -224,7 +224,7 @@ func FuzzValidateKey(f *testing.F) {
 		if err != nil || rel == ".." || strings.HasPrefix(rel, "../") || filepath.ToSlash(rel) != key+objSuffix {
 			t.Fatalf("key %q maps to %q", key, p)
 		}
-		if validatePrefix(key) != nil {
+		if pipeline.ValidateObjectPrefix(key) != nil {
 			t.Fatalf("valid key %q is not a valid prefix", key)
 		}
 	})

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"edgepipe/pipeline"
 )
 
 // Every object file starts with a fixed-size header holding its metadata,
@@ -62,7 +64,7 @@ func decodeHeader(b []byte) (header, error) {
 	if h.Size < 0 || len(h.SHA256) != 64 {
 		return h, errCorrupt
 	}
-	if _, err := contentType(h.ContentType); err != nil || h.ContentType == "" {
+	if _, err := pipeline.ObjectContentType(h.ContentType); err != nil || h.ContentType == "" {
 		return h, errCorrupt
 	}
 	return h, nil

@@ -169,7 +169,7 @@ func (c Config) Validate() error {
 	if (c.AccessKey == "") != (c.SecretKey == "") {
 		return bad("EDGEPIPE_S3_ACCESS_KEY and EDGEPIPE_S3_SECRET_KEY must be set together")
 	}
-	if c.Prefix != "" && (!strings.HasSuffix(c.Prefix, "/") || ValidateKey(strings.TrimSuffix(c.Prefix, "/")) != nil) {
+	if c.Prefix != "" && (!strings.HasSuffix(c.Prefix, "/") || pipeline.ValidateObjectKey(strings.TrimSuffix(c.Prefix, "/")) != nil) {
 		return bad("prefix %q must be a valid key followed by \"/\" (EDGEPIPE_S3_PREFIX)", c.Prefix)
 	}
 	if c.PartSizeMiB < 5 || c.PartSizeMiB > 512 {
@@ -293,11 +293,11 @@ func (s *Store) ensureBucket(ctx context.Context) error {
 // checkKey applies the key rule, counting the store's prefix against the
 // S3 limit of 1024 bytes.
 func (s *Store) checkKey(key string) error {
-	if err := ValidateKey(key); err != nil {
+	if err := pipeline.ValidateObjectKey(key); err != nil {
 		return err
 	}
-	if len(s.prefix)+len(key) > MaxKeyLen {
-		return fmt.Errorf("%w: object key is %d bytes, more than %d with the store's prefix %q", pipeline.ErrInvalidInput, len(key), MaxKeyLen-len(s.prefix), s.prefix)
+	if len(s.prefix)+len(key) > pipeline.MaxObjectKeyLen {
+		return fmt.Errorf("%w: object key is %d bytes, more than %d with the store's prefix %q", pipeline.ErrInvalidInput, len(key), pipeline.MaxObjectKeyLen-len(s.prefix), s.prefix)
 	}
 	return nil
 }
@@ -400,7 +400,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts pipeline.
 	if err := s.checkKey(key); err != nil {
 		return pipeline.ObjectInfo{}, err
 	}
-	ct, err := contentType(opts.ContentType)
+	ct, err := pipeline.ObjectContentType(opts.ContentType)
 	if err != nil {
 		return pipeline.ObjectInfo{}, err
 	}
@@ -613,7 +613,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // order. ListObjectsV2 carries no user metadata, so SHA256 and ContentType
 // are empty; Head has them.
 func (s *Store) List(ctx context.Context, prefix string, fn func(pipeline.ObjectInfo) bool) error {
-	if err := validatePrefix(prefix); err != nil {
+	if err := pipeline.ValidateObjectPrefix(prefix); err != nil {
 		return err
 	}
 	p := awss3.NewListObjectsV2Paginator(s.client, &awss3.ListObjectsV2Input{
@@ -628,7 +628,7 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(pipeline.Object
 		}
 		for _, o := range page.Contents {
 			key := strings.TrimPrefix(aws.ToString(o.Key), s.prefix)
-			if ValidateKey(key) != nil {
+			if pipeline.ValidateObjectKey(key) != nil {
 				continue // not written through this package
 			}
 			if !fn(pipeline.ObjectInfo{Key: key, Size: aws.ToInt64(o.Size), LastModified: aws.ToTime(o.LastModified)}) {

@@ -95,16 +95,16 @@ func TestNewRejectsBadConfig(t *testing.T) {
 func TestKeyRule(t *testing.T) {
 	t.Parallel()
 	for _, k := range storagetest.InvalidKeys {
-		if ValidateKey(k) == nil {
-			t.Errorf("ValidateKey(%.40q) accepted", k)
+		if pipeline.ValidateObjectKey(k) == nil {
+			t.Errorf("pipeline.ValidateObjectKey(%.40q) accepted", k)
 		}
 	}
 	for _, k := range storagetest.ValidKeys {
-		if err := ValidateKey(k); err != nil {
-			t.Errorf("ValidateKey(%.40q) = %v", k, err)
+		if err := pipeline.ValidateObjectKey(k); err != nil {
+			t.Errorf("pipeline.ValidateObjectKey(%.40q) = %v", k, err)
 		}
 	}
-	if err := ValidateKey(strings.Repeat("k/", 511) + "kk"); err != nil {
+	if err := pipeline.ValidateObjectKey(strings.Repeat("k/", 511) + "kk"); err != nil {
 		t.Errorf("1024-byte key refused: %v", err)
 	}
 	s := &Store{prefix: "tenant/"}
@@ -122,18 +122,18 @@ func FuzzValidateKey(f *testing.F) {
 		f.Add(k)
 	}
 	f.Fuzz(func(t *testing.T, key string) {
-		if ValidateKey(key) != nil {
+		if pipeline.ValidateObjectKey(key) != nil {
 			return
 		}
-		if len(key) > MaxKeyLen || strings.Contains(key, "//") || strings.HasPrefix(key, "/") || strings.HasSuffix(key, "/") {
+		if len(key) > pipeline.MaxObjectKeyLen || strings.Contains(key, "//") || strings.HasPrefix(key, "/") || strings.HasSuffix(key, "/") {
 			t.Fatalf("accepted %q", key)
 		}
 		for _, seg := range strings.Split(key, "/") {
-			if seg == "." || seg == ".." || len(seg) > MaxSegmentLen {
+			if seg == "." || seg == ".." || len(seg) > pipeline.MaxObjectSegmentLen {
 				t.Fatalf("accepted %q (segment %q)", key, seg)
 			}
 		}
-		if validatePrefix(key) != nil {
+		if pipeline.ValidateObjectPrefix(key) != nil {
 			t.Fatalf("valid key %q is not a valid prefix", key)
 		}
 	})
