@@ -2,16 +2,15 @@ package s3
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"time"
 
 	"github.com/minio/minio-go/v7"
 	miniocreds "github.com/minio/minio-go/v7/pkg/credentials"
 
+	"edgepipe/internal/randstream"
 	"edgepipe/pipeline"
 )
 
@@ -35,7 +34,7 @@ func BenchUpload(ctx context.Context, store *Store, key string, mib int) (BenchR
 	}
 	size := int64(mib) << 20
 	start := time.Now()
-	info, err := store.Put(ctx, key, newBenchStream(size), pipeline.PutOptions{ContentType: "application/octet-stream"})
+	info, err := store.Put(ctx, key, randstream.New(0, size), pipeline.PutOptions{ContentType: "application/octet-stream"})
 	d := time.Since(start)
 	if err != nil {
 		return BenchResult{}, err
@@ -70,7 +69,7 @@ func BenchMinioGo(ctx context.Context, endpoint, access, secret, bucket, key str
 	}
 	size := int64(mib) << 20
 	start := time.Now()
-	info, err := c.PutObject(ctx, bucket, key, newBenchStream(size), -1,
+	info, err := c.PutObject(ctx, bucket, key, randstream.New(0, size), -1,
 		minio.PutObjectOptions{PartSize: uint64(partSizeMiB) << 20, ContentType: "application/octet-stream"})
 	d := time.Since(start)
 	if err != nil {
@@ -80,52 +79,4 @@ func BenchMinioGo(ctx context.Context, endpoint, access, secret, bucket, key str
 		return BenchResult{}, errors.New("bench: minio-go stored a different size")
 	}
 	return result(size, d), nil
-}
-
-// benchStream is a fast (several GB/s) deterministic source of unknown
-// length: a splitmix64 sequence, so the generator is never what is
-// measured. (storagetest.Stream is the same for tests; test helpers stay
-// out of the binary.)
-type benchStream struct {
-	state uint64
-	left  int64
-	word  [8]byte
-	wpos  int
-}
-
-func newBenchStream(size int64) io.Reader { return &benchStream{left: size, wpos: 8} }
-
-func (s *benchStream) next() uint64 {
-	s.state += 0x9e3779b97f4a7c15
-	z := s.state
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
-}
-
-func (s *benchStream) Read(p []byte) (int, error) {
-	if s.left <= 0 {
-		return 0, io.EOF
-	}
-	if int64(len(p)) > s.left {
-		p = p[:s.left]
-	}
-	n := 0
-	if s.wpos < 8 {
-		c := copy(p, s.word[s.wpos:])
-		s.wpos += c
-		n += c
-	}
-	for len(p)-n >= 8 {
-		binary.LittleEndian.PutUint64(p[n:], s.next())
-		n += 8
-	}
-	if n < len(p) {
-		binary.LittleEndian.PutUint64(s.word[:], s.next())
-		c := copy(p[n:], s.word[:])
-		s.wpos = c
-		n += c
-	}
-	s.left -= int64(n)
-	return n, nil
 }

@@ -1,13 +1,11 @@
 package s3
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
 	"strings"
 	"testing"
-	"testing/iotest"
 
 	"edgepipe/pipeline"
 	"edgepipe/storage/storagetest"
@@ -139,25 +137,6 @@ func FuzzValidateKey(f *testing.F) {
 	})
 }
 
-// The benchmark's generator is storagetest.Stream: same bytes, whatever
-// the read sizes.
-func TestBenchStreamMatchesStorageTest(t *testing.T) {
-	t.Parallel()
-	const size = 1<<20 + 13
-	want, _ := io.ReadAll(storagetest.Stream(0, size))
-	got, err := io.ReadAll(iotest.OneByteReader(io.LimitReader(newBenchStream(size), 1000)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rest, _ := io.ReadAll(newBenchStream(size))
-	if !bytes.Equal(got, want[:1000]) || !bytes.Equal(rest, want) {
-		t.Error("benchStream differs from storagetest.Stream")
-	}
-	// And the stream is not short-periodic: no 1 MiB block repeats.
-	if bytes.Equal(want[:4096], want[1<<20:1<<20+4096]) {
-		t.Error("stream repeats with a 1 MiB period")
-	}
-}
 
 func TestHashingReader(t *testing.T) {
 	t.Parallel()
