@@ -135,7 +135,6 @@ func (u *unitRun) stopBeforeSend(ctx context.Context, id int64, op string) error
 	return errors.Join(err, storeErr(ferr))
 }
 
-
 // callFailed records a failed call in the audit trail and classifies it by
 // the operation's contract (DESIGN §6).
 func (u *unitRun) callFailed(ctx context.Context, id int64, op string, contract Contract, err error) error {
@@ -193,4 +192,3 @@ func classifyCall(ctx context.Context, op string, contract Contract, err error) 
 		return &ClassifiedError{Class: ClassAmbiguous, Code: ce.Code, Message: "the " + op + " provider reported a failure; an operator must decide", Cause: err}
 	}
 }
-

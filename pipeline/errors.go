@@ -23,9 +23,6 @@ var (
 	// the key's 'deleting' claim: delete the object, FinishAbandon, claim
 	// again.
 	ErrClaimTakenOver = errors.New("object key's abandoned cleanup was taken over")
-	// ErrWorkerStopping is the cancel cause of attempts interrupted by a
-	// worker's shutdown; ErrLeaseLost is that of an attempt fenced out.
-	ErrWorkerStopping = errors.New("worker stopping")
 )
 
 // StaleDeleteAfter is how old a 'deleting' claim of a dead attempt must be

@@ -20,24 +20,45 @@ var ErrServiceStopped = errors.New("service stopped")
 type Service struct {
 	mu      sync.Mutex
 	running bool
-	cancel  context.CancelCauseFunc
+	cancel  context.CancelCauseFunc // ends the run (StartWork: its loop)
+	abort   context.CancelCauseFunc // StartWork: ends the work in flight
 	done    chan struct{}
 }
 
 // Start runs run(ctx) in a goroutine. ctx bounds the run as well as Stop:
-// its cancellation (not its deadline semantics for Start) ends run too.
+// its cancellation ends run too.
 func (s *Service) Start(ctx context.Context, run func(ctx context.Context)) error {
+	return s.StartWork(ctx, func(loop, _ context.Context) { run(loop) })
+}
+
+// StartWork is Start for a part that drains at Stop (a worker's attempts, a
+// dispatcher's requests): run gets a loop context, which Stop (or ctx)
+// cancels at once — claim nothing more —, and a work context for what is
+// in flight, which outlives the loop until Stop's own context ends, so work
+// may finish within the caller's grace period. run must return once its
+// work is done.
+func (s *Service) StartWork(ctx context.Context, run func(loop, work context.Context)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.running {
 		return errors.New("service already started")
 	}
-	rctx, cancel := context.WithCancelCause(ctx)
-	s.running, s.cancel, s.done = true, cancel, make(chan struct{})
+	loop, cancel := context.WithCancelCause(ctx)
+	work, abort := context.WithCancelCause(context.WithoutCancel(ctx))
+	s.running, s.cancel, s.abort, s.done = true, cancel, abort, make(chan struct{})
 	done := s.done
 	go func() {
 		defer close(done)
-		run(rctx)
+		defer abort(ErrServiceStopped)
+		run(loop, work)
+	}()
+	// The parent's end is as final as a Stop whose grace ran out.
+	go func() {
+		select {
+		case <-ctx.Done():
+			abort(context.Cause(ctx))
+		case <-done:
+		}
 	}()
 	return nil
 }
@@ -49,9 +70,9 @@ func (s *Service) Started() bool {
 	return s.running
 }
 
-// Stop cancels the run function's context and waits for it to return, or
-// for ctx to end (then the error says so and the function is left to end on
-// its own).
+// Stop cancels the run's (loop) context and waits for it to return; when
+// ctx ends first, the work context is canceled too and Stop waits for the
+// run to wind down, returning an error that says so.
 func (s *Service) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.running {
@@ -59,14 +80,18 @@ func (s *Service) Stop(ctx context.Context) error {
 		return nil
 	}
 	s.running = false
-	cancel, done := s.cancel, s.done
+	cancel, abort, done := s.cancel, s.abort, s.done
 	s.mu.Unlock()
 	cancel(ErrServiceStopped)
 	select {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("service did not stop in time: %w", context.Cause(ctx))
+		// Out of grace: interrupt the work in flight and wait for it to
+		// wind down (it releases, it does not fail).
+		abort(ErrServiceStopped)
+		<-done
+		return fmt.Errorf("stopped at the shutdown deadline, work in flight interrupted: %w", context.Cause(ctx))
 	}
 }
 

@@ -52,19 +52,49 @@ func TestServiceLifecycle(t *testing.T) {
 	within(t, causes, "the second run to end")
 }
 
-// Stop gives up waiting when its context ends, and says so.
+// Stop lets work in flight finish within its context; when that ends
+// first, the work context is canceled (the work winds down, as a worker's
+// attempts release their jobs) and Stop says so.
 func TestServiceStopDeadline(t *testing.T) {
 	t.Parallel()
 	var s pipeline.Service
-	release := make(chan struct{})
-	defer close(release)
-	if err := s.Start(context.Background(), func(context.Context) { <-release }); err != nil {
+	loopEnded, workCause := make(chan struct{}), make(chan error, 1)
+	if err := s.StartWork(context.Background(), func(loop, work context.Context) {
+		<-loop.Done()
+		close(loopEnded)
+		<-work.Done() // long work, ended only by the abort
+		workCause <- context.Cause(work)
+	}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if err := s.Stop(ctx); err == nil {
-		t.Fatal("Stop returned nil while the run was still going")
+		t.Fatal("Stop returned nil although it had to interrupt the work")
+	}
+	within(t, loopEnded, "the loop to end")
+	if cause := within(t, workCause, "the work to be interrupted"); !errors.Is(cause, pipeline.ErrServiceStopped) {
+		t.Fatalf("work interrupted with cause %v, want ErrServiceStopped", cause)
+	}
+}
+
+// Work that finishes within Stop's context is not interrupted.
+func TestServiceStopLetsWorkFinish(t *testing.T) {
+	t.Parallel()
+	var s pipeline.Service
+	finished := make(chan error, 1)
+	if err := s.StartWork(context.Background(), func(loop, work context.Context) {
+		<-loop.Done()
+		time.Sleep(20 * time.Millisecond) // the last attempt finishes
+		finished <- work.Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, finished, "the work"); err != nil {
+		t.Fatalf("work context ended (%v) before the work finished", err)
 	}
 }
 

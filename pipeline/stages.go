@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime/debug"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 )
 

@@ -72,18 +72,12 @@ func (c WorkerConfig) Validate() error {
 }
 
 // Worker consumes queues, runs claimed jobs through the engine and records
-// their outcomes. It shares the Start/Stop lifecycle of edgepipe's other
-// long-running parts.
+// their outcomes. It shares the Start/Stop lifecycle (Service) of
+// edgepipe's other long-running parts.
 type Worker struct {
-	cfg WorkerConfig
-	log *slog.Logger
-
-	mu       sync.Mutex
-	started  bool
-	stopping chan struct{} // closed by Stop: claim nothing more
-	runCtx   context.Context
-	abort    context.CancelCauseFunc // cancels in-flight attempts (they release)
-	loopDone chan struct{}
+	cfg      WorkerConfig
+	log      *slog.Logger
+	svc      Service
 	inflight sync.WaitGroup
 }
 
@@ -98,38 +92,27 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 
 // Start begins consuming. ctx bounds the worker's whole life.
 func (w *Worker) Start(ctx context.Context) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.started {
-		return errors.New("worker: already started")
-	}
-	w.started = true
-	w.stopping = make(chan struct{})
-	w.loopDone = make(chan struct{})
-	w.runCtx, w.abort = context.WithCancelCause(context.WithoutCancel(ctx))
-	go func() {
-		<-ctx.Done()
-		w.abort(ErrWorkerStopping)
-	}()
-	go w.loop()
-	go w.pruneLoop()
-	return nil
+	return w.svc.StartWork(ctx, func(loop, work context.Context) {
+		pruned := make(chan struct{})
+		go func() { defer close(pruned); w.pruneLoop(loop, work) }()
+		w.loop(loop, work)
+		w.inflight.Wait()
+		<-pruned
+	})
 }
 
 // pruneLoop keeps the spool from collecting results of jobs that ended
 // without this worker (see Engine.PruneSpool). A failed prune keeps the
 // files, which is safe, so it is only logged.
-func (w *Worker) pruneLoop() {
+func (w *Worker) pruneLoop(loop, work context.Context) {
 	for {
-		if n, err := w.cfg.Engine.PruneSpool(w.runCtx); err != nil {
+		if n, err := w.cfg.Engine.PruneSpool(work); err != nil {
 			w.log.Warn("pruning the spool failed; the files are kept", "err", err)
 		} else if n > 0 {
 			w.log.Info("pruned spooled results of ended jobs", "jobs", n)
 		}
 		select {
-		case <-w.stopping:
-			return
-		case <-w.runCtx.Done():
+		case <-loop.Done():
 			return
 		case <-time.After(w.cfg.PruneEvery):
 		}
@@ -140,49 +123,27 @@ func (w *Worker) pruneLoop() {
 // interrupts the rest, which release their jobs (not fail them) so another
 // worker picks them up.
 func (w *Worker) Stop(ctx context.Context) error {
-	w.mu.Lock()
-	if !w.started {
-		w.mu.Unlock()
-		return nil
+	if err := w.svc.Stop(ctx); err != nil {
+		return fmt.Errorf("worker: in-flight jobs released at shutdown deadline: %w", err)
 	}
-	select {
-	case <-w.stopping:
-	default:
-		close(w.stopping)
-	}
-	w.mu.Unlock()
-	<-w.loopDone
-	done := make(chan struct{})
-	go func() { w.inflight.Wait(); close(done) }()
-	select {
-	case <-done:
-		w.abort(ErrWorkerStopping)
-		return nil
-	case <-ctx.Done():
-		w.abort(ErrWorkerStopping)
-		<-done
-		return fmt.Errorf("worker: in-flight jobs released at shutdown deadline: %w", ctx.Err())
-	}
+	return nil
 }
 
-func (w *Worker) loop() {
-	defer close(w.loopDone)
+// loop claims jobs until the loop context ends; each attempt runs under the
+// work context.
+func (w *Worker) loop(loop, work context.Context) {
 	slots := make(chan struct{}, w.cfg.Concurrency)
 	next := 0
 	for {
-		select {
-		case <-w.stopping:
+		if loop.Err() != nil {
 			return
-		case <-w.runCtx.Done():
-			return
-		default:
 		}
 		free := w.cfg.Concurrency - len(slots)
 		if free == 0 {
 			select {
 			case slots <- struct{}{}: // wait for a slot, then give it back
 				<-slots
-			case <-w.stopping:
+			case <-loop.Done():
 				return
 			case <-time.After(w.cfg.Poll):
 			}
@@ -190,8 +151,8 @@ func (w *Worker) loop() {
 		}
 		queue := w.cfg.Queues[next%len(w.cfg.Queues)]
 		next++
-		claimed, _, err := w.cfg.Store.Fetch(w.runCtx, queue, w.cfg.Owner, free, w.cfg.LeaseFor)
-		if err != nil {
+		claimed, _, err := w.cfg.Store.Fetch(loop, queue, w.cfg.Owner, free, w.cfg.LeaseFor)
+		if err != nil && loop.Err() == nil {
 			w.log.Warn("fetch failed", "queue", queue, "err", err)
 		}
 		for _, c := range claimed {
@@ -199,14 +160,12 @@ func (w *Worker) loop() {
 			w.inflight.Add(1)
 			go func() {
 				defer func() { <-slots; w.inflight.Done() }()
-				w.run(c)
+				w.run(work, c)
 			}()
 		}
 		if len(claimed) == 0 && next%len(w.cfg.Queues) == 0 {
 			select {
-			case <-w.stopping:
-				return
-			case <-w.runCtx.Done():
+			case <-loop.Done():
 				return
 			case <-time.After(w.cfg.Poll):
 			}
@@ -216,11 +175,11 @@ func (w *Worker) loop() {
 
 // run is one attempt: heartbeat while the engine works, then record the
 // outcome, or release the job if the worker is shutting down.
-func (w *Worker) run(c Claimed) {
+func (w *Worker) run(work context.Context, c Claimed) {
 	log := w.log.With("job", c.Job.ID, "attempt", c.Lease.AttemptID)
 	// The attempt's context is canceled with a cause (a lost lease, the
 	// worker stopping), which travels with it to wherever it stops.
-	ctx, cancel := context.WithCancelCause(w.runCtx)
+	ctx, cancel := context.WithCancelCause(work)
 	defer cancel(nil)
 
 	var mu sync.Mutex
@@ -266,7 +225,7 @@ func (w *Worker) run(c Claimed) {
 	mu.Lock()
 	l, wasLost := lease, lost
 	mu.Unlock()
-	bg := context.WithoutCancel(w.runCtx)
+	bg := context.WithoutCancel(work)
 	switch {
 	case wasLost:
 		return // another worker owns the job now; nothing of ours may land

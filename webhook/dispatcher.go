@@ -147,12 +147,8 @@ type Dispatcher struct {
 	cfg Config
 	sem chan struct{}
 
-	mu      sync.Mutex
-	started bool
-	cancel  context.CancelFunc // stops the poll loop
-	abort   context.CancelFunc // cancels requests in flight
-	done    chan struct{}
-	wg      sync.WaitGroup
+	svc pipeline.Service // the lifecycle shared by edgepipe's long-running parts
+	wg  sync.WaitGroup
 }
 
 // New validates cfg and returns a Dispatcher.
@@ -167,45 +163,16 @@ func New(cfg Config) (*Dispatcher, error) {
 // Start runs the poll loop in the background until Stop. ctx bounds the
 // loop as well.
 func (d *Dispatcher) Start(ctx context.Context) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.started {
-		return errors.New("webhook: dispatcher already started")
-	}
-	d.started = true
-	loopCtx, cancel := context.WithCancel(ctx)
 	// Requests outlive the loop's context so that Stop can let them finish.
-	workCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
-	d.cancel, d.abort, d.done = cancel, abort, make(chan struct{})
-	go d.loop(loopCtx, workCtx)
-	return nil
+	return d.svc.StartWork(ctx, d.loop)
 }
 
 // Stop ends the poll loop and waits for requests in flight until ctx ends,
 // then cancels them. A delivery canceled this way stays claimed until its
 // lease runs out and is then sent again.
-func (d *Dispatcher) Stop(ctx context.Context) error {
-	d.mu.Lock()
-	if !d.started || d.done == nil {
-		d.mu.Unlock()
-		return nil
-	}
-	cancel, abort, done := d.cancel, d.abort, d.done
-	d.mu.Unlock()
-	cancel()
-	select {
-	case <-done:
-		abort()
-		return nil
-	case <-ctx.Done():
-		abort()
-		<-done
-		return ctx.Err()
-	}
-}
+func (d *Dispatcher) Stop(ctx context.Context) error { return d.svc.Stop(ctx) }
 
 func (d *Dispatcher) loop(loopCtx, workCtx context.Context) {
-	defer close(d.done)
 	defer d.wg.Wait()
 	t := time.NewTicker(d.cfg.Poll)
 	defer t.Stop()

@@ -137,7 +137,6 @@ func FuzzValidateKey(f *testing.F) {
 	})
 }
 
-
 func TestHashingReader(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())

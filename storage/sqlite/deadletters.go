@@ -131,4 +131,3 @@ func (s *Store) Redrive(ctx context.Context, deadLetterID int64, queue, operator
 	})
 	return job, err
 }
-

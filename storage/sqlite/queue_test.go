@@ -322,4 +322,3 @@ func TestConcurrentConsumersTwoHandles(t *testing.T) {
 		t.Fatalf("%d success events", c)
 	}
 }
-
