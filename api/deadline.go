@@ -29,3 +29,14 @@ func (d deadlineWriter) Write(p []byte) (int, error) {
 }
 
 func (d deadlineWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }
+
+// clearReadDeadline lifts the connection's read deadline for a long
+// response. http.Server's ReadTimeout is a deadline for reading the whole
+// request, but it stays on the connection while the handler runs, and when
+// it passes, net/http's background read fails and cancels the request's
+// context: a download or event stream would be cut off at ReadTimeout.
+// Long responses bound themselves instead: per-write deadlines (a stalled
+// client) and, for streams, a maximum age.
+func (s *Server) clearReadDeadline(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+}

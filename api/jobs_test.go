@@ -132,10 +132,28 @@ func TestCancel(t *testing.T) {
 	if code, body := post(j.ID); code != 202 || !strings.Contains(body, `"status":"canceled"`) {
 		t.Fatalf("pending: %d %s", code, body)
 	}
-	// Canceled is terminal: 409.
-	code, body := post(j.ID)
+	// Repeating the cancel of a canceled job is harmless: the job again,
+	// not an error, and nothing is appended to its history.
+	evs, _ := e.store.Events(context.Background(), j.ID, 0, 100)
+	for range 2 {
+		code, body := post(j.ID)
+		if code != http.StatusAccepted || !strings.Contains(body, `"status":"canceled"`) || !strings.Contains(body, `"id":"`+j.ID+`"`) {
+			t.Fatalf("repeated cancel: %d %s", code, body)
+		}
+	}
+	if again, _ := e.store.Events(context.Background(), j.ID, 0, 100); len(again) != len(evs) {
+		t.Fatalf("a repeated cancel wrote events: %d → %d", len(evs), len(again))
+	}
+	// A job that ended otherwise cannot be canceled: 409.
+	done := e.mustSubmit(t, tokAcme, "k-done")
+	e.succeed(t, e.claim(t, "render-v1"), []byte("mp4"))
+	code, body := post(done.ID)
 	if code != http.StatusConflict || !strings.Contains(body, `"code":"job_terminal"`) {
-		t.Fatalf("terminal: %d %s", code, body)
+		t.Fatalf("succeeded: %d %s", code, body)
+	}
+	// Another tenant's canceled job is still a 404.
+	if w := e.do(t, req{method: http.MethodPost, path: "/v1/jobs/" + j.ID + "/cancellation", hdr: map[string]string{"Authorization": "Bearer " + tokGlobex}}); w.Code != 404 {
+		t.Fatalf("other tenant's canceled job: %d", w.Code)
 	}
 	// A running job keeps running until its next boundary; the request is
 	// recorded, and repeating it is fine.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"html/template"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -72,6 +73,10 @@ var titles = map[string]string{
 	"lease_lost":              "The job changed hands",
 	"already_exists":          "Already exists",
 	"instance_id_taken":       "Instance id already in use",
+	"invalid_instance_id":     "Instance id can never be valid",
+	"range_not_satisfiable":   "Range not satisfiable",
+	"precondition_failed":     "Precondition failed",
+	"request_timeout":         "Request took too long to arrive",
 	"version_unbound":         "Workflow version not bound",
 	"result_not_ready":        "No result yet",
 	"unavailable":             "Service unavailable",
@@ -166,6 +171,19 @@ func (s *Server) handleError(err error, c echo.Context) {
 		return
 	}
 	p := problemFor(err)
+	if p.Status == http.StatusNotFound || p.Status == http.StatusMethodNotAllowed {
+		var he *echo.HTTPError
+		if errors.As(err, &he) {
+			// The router found no handler: a path some route serves with
+			// other methods is a wrong method, not a missing resource.
+			if allow := s.allowed(c.Request().URL.Path); len(allow) > 0 && !slices.Contains(allow, c.Request().Method) {
+				p = problem(http.StatusMethodNotAllowed, "method_not_allowed",
+					c.Request().Method+" is not allowed here; use "+strings.Join(allow, ", ")).
+					withHeader(echo.HeaderAllow, strings.Join(allow, ", "))
+				c.Response().Header().Del(echo.HeaderAllow) // echo's own, which also names OPTIONS
+			}
+		}
+	}
 	rid := c.Response().Header().Get(echo.HeaderXRequestID)
 	if p.Status >= 500 {
 		// A copy: Problems returned by handlers may be shared values.

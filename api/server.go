@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,6 +68,16 @@ type Server struct {
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed by CloseStreams
+
+	// methods lists, per route pattern, the methods it serves: a request
+	// whose path matches a pattern but whose method does not is answered
+	// 405 with Allow (echo's group catch-alls would otherwise say 404).
+	methods []routeMethods
+}
+
+type routeMethods struct {
+	segments []string // "" matches any one non-empty segment (a :param)
+	methods  []string
 }
 
 // New validates cfg and builds the server and its routes.
@@ -130,7 +142,66 @@ func (s *Server) routes() *echo.Echo {
 	adm.GET("/dead-letters", s.adminDeadLetters)
 	adm.POST("/dead-letters/:id/redrive", s.adminRedrive)
 	e.GET("/admin", s.adminPage, s.requireAdmin)
+	s.methods = routeTable(e.Routes())
 	return e
+}
+
+// routeTable groups the routes' methods by path pattern.
+func routeTable(routes []*echo.Route) []routeMethods {
+	var out []routeMethods
+	idx := map[string]int{}
+	for _, r := range routes {
+		if r.Method == echo.RouteNotFound || strings.Contains(r.Path, "*") {
+			continue
+		}
+		i, ok := idx[r.Path]
+		if !ok {
+			segs := strings.Split(r.Path, "/")
+			for j, sg := range segs {
+				if strings.HasPrefix(sg, ":") {
+					segs[j] = ""
+				}
+			}
+			i = len(out)
+			idx[r.Path] = i
+			out = append(out, routeMethods{segments: segs})
+		}
+		if !slices.Contains(out[i].methods, r.Method) {
+			out[i].methods = append(out[i].methods, r.Method)
+		}
+	}
+	for i := range out {
+		slices.Sort(out[i].methods)
+	}
+	return out
+}
+
+// allowed returns the methods some route serves at path, nil when no route
+// has that path.
+func (s *Server) allowed(path string) []string {
+	segs := strings.Split(path, "/")
+	var out []string
+	for _, rm := range s.methods {
+		if len(rm.segments) != len(segs) {
+			continue
+		}
+		match := true
+		for i, sg := range rm.segments {
+			if sg == "" && segs[i] == "" && i > 0 || sg != "" && sg != segs[i] {
+				match = false
+				break
+			}
+		}
+		if match {
+			for _, m := range rm.methods {
+				if !slices.Contains(out, m) {
+					out = append(out, m)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // recover turns a panic into an error that handleError answers as a

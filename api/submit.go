@@ -143,13 +143,17 @@ func decodeSubmission(body []byte) (submitRequest, pipeline.Storyboard, error) {
 	} else if err != nil {
 		return req, sb, err
 	}
+	var idErr error
 	if req.InstanceID != nil {
-		// A malformed version prefix is not refused here: like an unbound
-		// version it is accepted and dead-lettered as unbound_version
-		// (routing never reads it as an un-prefixed id).
-		if _, err := routing.ParseInstanceID(*req.InstanceID); err != nil && !errors.Is(err, routing.ErrMalformedPrefix) {
-			fields = append(fields, pipeline.FieldError{Field: "instance_id",
-				Message: fmt.Sprintf("must match %s and be at most %d bytes", routing.IDPattern, routing.MaxIDLen)})
+		// A malformed version prefix (V2-x, v02-x, v2-) can never become
+		// valid, so it is refused here instead of being accepted and
+		// dead-lettered where nothing could clear it. A well-formed prefix
+		// of a version this deployment does not bind (v3-x) is accepted
+		// and dead-lettered as unbound_version by newJob: binding the
+		// version later makes it redrivable.
+		if _, err := routing.ParseInstanceID(*req.InstanceID); err != nil {
+			idErr = err
+			fields = append(fields, pipeline.FieldError{Field: "instance_id", Message: instanceIDReason(err)})
 		}
 	}
 	if req.WebhookURL != nil {
@@ -157,10 +161,27 @@ func decodeSubmission(body []byte) (submitRequest, pipeline.Storyboard, error) {
 			fields = append(fields, pipeline.FieldError{Field: "webhook_url", Message: urlReason(err)})
 		}
 	}
+	if idErr != nil {
+		// Its own code, so a client can tell "this id can never work"
+		// from the other field errors; errors[] still lists every field.
+		p := problem(http.StatusBadRequest, "invalid_instance_id", instanceIDReason(idErr)+". "+InstanceIDRule+".")
+		p.Errors = fields
+		return req, sb, p
+	}
 	if len(fields) > 0 {
 		return req, sb, &pipeline.ValidationError{Fields: fields}
 	}
 	return req, sb, nil
+}
+
+// InstanceIDRule is the grammar of an instance_id, in words: the detail of
+// every invalid_instance_id problem ends with it.
+const InstanceIDRule = "An instance id is an optional version prefix 'v' + 1 to 4 digits without a leading zero + '-' " +
+	"(lowercase, e.g. v2-), then at least one of A-Z a-z 0-9 _ - starting with a letter, digit or '_'; at most 64 bytes in all"
+
+// instanceIDReason is routing's explanation without the sentinel's prefix.
+func instanceIDReason(err error) string {
+	return strings.TrimPrefix(err.Error(), pipeline.ErrInvalidInput.Error()+": ")
 }
 
 func fieldError(field, msg string) error {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -51,9 +52,9 @@ func TestSubmitStatusCodes(t *testing.T) {
 		{"no scenes", submitHeaders(tokAcme, "k6"), withField("scenes", []any{}), 400, "validation_failed", "scenes"},
 		{"scene too short", submitHeaders(tokAcme, "k7"), withField("scenes", []any{map[string]any{"image_prompt": "x", "narration": "y", "duration_ms": 10}}), 400, "validation_failed", "scenes[0].duration_ms"},
 		{"wrong type", submitHeaders(tokAcme, "k8"), withField("scenes", "many"), 400, "validation_failed", "body"},
-		{"bad instance id", submitHeaders(tokAcme, "k9"), withField("instance_id", "has space"), 400, "validation_failed", "instance_id"},
-		{"instance id too long", submitHeaders(tokAcme, "k10"), withField("instance_id", strings.Repeat("a", 65)), 400, "validation_failed", "instance_id"},
-		{"empty instance id", submitHeaders(tokAcme, "k11"), withField("instance_id", ""), 400, "validation_failed", "instance_id"},
+		{"bad instance id", submitHeaders(tokAcme, "k9"), withField("instance_id", "has space"), 400, "invalid_instance_id", "instance_id"},
+		{"instance id too long", submitHeaders(tokAcme, "k10"), withField("instance_id", strings.Repeat("a", 65)), 400, "invalid_instance_id", "instance_id"},
+		{"empty instance id", submitHeaders(tokAcme, "k11"), withField("instance_id", ""), 400, "invalid_instance_id", "instance_id"},
 		{"webhook not http", submitHeaders(tokAcme, "k12"), withField("webhook_url", "ftp://hooks.example.com/x"), 400, "validation_failed", "webhook_url"},
 		{"webhook with credentials", submitHeaders(tokAcme, "k13"), withField("webhook_url", "https://u:p@hooks.example.com/x"), 400, "validation_failed", "webhook_url"},
 		{"webhook loopback literal", submitHeaders(tokAcme, "k14"), withField("webhook_url", "http://127.0.0.1:8080/x"), 400, "validation_failed", "webhook_url"},
@@ -211,8 +212,6 @@ func TestSubmitCallerInstanceID(t *testing.T) {
 		{"plain-id", pipeline.StatusPending, "v1"},      // no prefix: the default version
 		{"v2-later", pipeline.StatusDeadLettered, "v2"}, // not bound here
 		{"v3-future", pipeline.StatusDeadLettered, "v3"},
-		{"V2-upper", pipeline.StatusDeadLettered, ""}, // malformed prefix: never read as v1
-		{"v02-zero", pipeline.StatusDeadLettered, ""},
 	}
 	for i, tc := range cases {
 		w := e.submit(t, tokAcme, "inst-"+tc.id, withField("instance_id", tc.id))
@@ -248,8 +247,8 @@ func TestSubmitCallerInstanceID(t *testing.T) {
 		}
 	}
 	dls, _ := e.store.ListDeadLetters(context.Background(), false, 0, 0)
-	if len(dls) != 4 {
-		t.Fatalf("%d dead letters, want 4", len(dls))
+	if len(dls) != 2 {
+		t.Fatalf("%d dead letters, want 2", len(dls))
 	}
 	for _, d := range dls {
 		if d.Reason != pipeline.ReasonUnboundVersion {
@@ -363,5 +362,52 @@ func TestSubmitPrivateWebhookAllowedByConfig(t *testing.T) {
 	// Form is still checked.
 	if w := e.submit(t, tokAcme, "wh-z", withField("webhook_url", "file:///etc/passwd")); w.Code != 400 {
 		t.Fatalf("file URL: %d", w.Code)
+	}
+}
+
+// A malformed version prefix can never become valid, so it is refused at
+// submission with the rule, and nothing is stored (no job, no dead letter
+// nobody could clear). A well-formed prefix of a version not bound here is
+// accepted and dead-lettered: binding the version makes it redrivable.
+func TestSubmitMalformedVersionPrefix(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, tc := range []struct{ id, why string }{
+		{"V2-x", "lowercase"},
+		{"v02-x", "must not start with 0"},
+		{"v0-x", "must not start with 0"},
+		{"v2-", "nothing follows"},
+		{"v99999999999999999999-x", "more than 4 digits"},
+		{"v2_x", "must end with '-'"},
+		{"v-x", "no version number"},
+	} {
+		w := e.submit(t, tokAcme, "key-"+tc.id, withField("instance_id", tc.id))
+		if w.Code != http.StatusBadRequest {
+			t.Fatalf("%s: %d %s", tc.id, w.Code, w.Body)
+		}
+		p := problemOf(t, w)
+		if p.Code != "invalid_instance_id" || !strings.Contains(p.Detail, tc.why) || !strings.Contains(p.Detail, InstanceIDRule) ||
+			len(p.Errors) != 1 || p.Errors[0].Field != "instance_id" || !strings.Contains(p.Errors[0].Message, tc.why) {
+			t.Fatalf("%s: %+v", tc.id, p)
+		}
+		if _, err := e.store.GetJob(context.Background(), tc.id); !errors.Is(err, pipeline.ErrNotFound) {
+			t.Fatalf("%s was stored: %v", tc.id, err)
+		}
+	}
+	// Other field errors are still listed next to the id's.
+	w := e.submit(t, tokAcme, "key-both", `{"operation":"render_audio","instance_id":"V2-x","scenes":[]}`)
+	if p := problemOf(t, w); p.Code != "invalid_instance_id" || !hasField(p, "instance_id") || !hasField(p, "operation") || !hasField(p, "scenes") {
+		t.Fatalf("several errors: %+v", p)
+	}
+	if dls, _ := e.store.ListDeadLetters(context.Background(), true, 0, 0); len(dls) != 0 {
+		t.Fatalf("dead letters for refused ids: %+v", dls)
+	}
+	// Well-formed but unbound: 202 and dead-lettered, as before.
+	w = e.submit(t, tokAcme, "key-v3", withField("instance_id", "v3-x"))
+	if w.Code != http.StatusAccepted {
+		t.Fatalf("v3-x: %d %s", w.Code, w.Body)
+	}
+	if j := decode[JobResource](t, w); j.Status != pipeline.StatusDeadLettered || j.Error == nil || j.Error.Code != pipeline.ReasonUnboundVersion {
+		t.Fatalf("v3-x: %+v", j)
 	}
 }

@@ -32,6 +32,7 @@ var Known = []string{
 	"EDGEPIPE_LEASE", "EDGEPIPE_SWEEP_INTERVAL", "EDGEPIPE_SWEEP_GRACE",
 	"EDGEPIPE_RETRY_BASE", "EDGEPIPE_RETRY_CAP", "EDGEPIPE_RETRY_MAX_ATTEMPTS",
 	"EDGEPIPE_FAILPOINTS", "EDGEPIPE_LOG_LEVEL", "EDGEPIPE_WEBHOOK_SECRET", "EDGEPIPE_ALLOW_PRIVATE_WEBHOOKS",
+	api.EnvHTTPReadHeaderTimeout, api.EnvHTTPReadTimeout, api.EnvHTTPIdleTimeout, api.EnvHTTPMaxConns, api.EnvSSEMaxAge,
 	"EDGEPIPE_URL", "EDGEPIPE_TOKEN", // client commands (submit, status, ...)
 	"EDGEPIPE_MINIO_BIN", "EDGEPIPE_BASE_IMAGE", "EDGEPIPE_MINIO_IMAGE", "EDGEPIPE_IMAGE", // tests and images
 	"EDGEPIPE_TEST_DEBUG",
@@ -59,6 +60,10 @@ type Config struct {
 	LogLevel      slog.Level
 	WebhookSecret string
 	AllowPrivate  bool
+	// HTTP bounds the API server's connections (EDGEPIPE_HTTP_*).
+	HTTP api.HTTPConfig
+	// SSEMaxAge ends event streams after this long (EDGEPIPE_SSE_MAX_AGE).
+	SSEMaxAge time.Duration
 
 	getenv func(string) string
 }
@@ -109,12 +114,22 @@ func FromEnv(getenv func(string) string, environ []string) (Config, error) {
 		{"EDGEPIPE_SWEEP_GRACE", &c.SweepGrace, time.Hour, 0},
 		{"EDGEPIPE_RETRY_BASE", &c.RetryBase, 10 * time.Second, time.Millisecond},
 		{"EDGEPIPE_RETRY_CAP", &c.RetryCap, 10 * time.Minute, time.Millisecond},
+		{api.EnvHTTPReadHeaderTimeout, &c.HTTP.ReadHeaderTimeout, api.DefaultReadHeaderTimeout, 100 * time.Millisecond},
+		{api.EnvHTTPReadTimeout, &c.HTTP.ReadTimeout, api.DefaultReadTimeout, 100 * time.Millisecond},
+		{api.EnvHTTPIdleTimeout, &c.HTTP.IdleTimeout, api.DefaultIdleTimeout, 100 * time.Millisecond},
+		{api.EnvSSEMaxAge, &c.SSEMaxAge, api.DefaultSSEMaxAge, time.Second},
 	} {
 		if *d.dst, err = durationSetting(getenv, d.name, d.def, d.min); err != nil {
 			return c, err
 		}
 	}
 	if c.RetryMax, err = intSetting(getenv, "EDGEPIPE_RETRY_MAX_ATTEMPTS", 5, 1, 100); err != nil {
+		return c, err
+	}
+	if c.HTTP.MaxConns, err = intSetting(getenv, api.EnvHTTPMaxConns, api.DefaultMaxConns, 1, api.MaxMaxConns); err != nil {
+		return c, err
+	}
+	if err := c.HTTP.Validate(); err != nil {
 		return c, err
 	}
 	if c.RetryCap < c.RetryBase {
