@@ -204,12 +204,27 @@ func TestResultDownload(t *testing.T) {
 		{"bytes=-5", 206, content[len(content)-5:]},
 		{"bytes=5000-5004", 206, content[5000:5005]},
 		{"bytes=20000-", 416, nil},
+		{"bytes=10000-10005", 416, nil},
 	}
 	for _, tc := range cases {
 		w := e.do(t, req{method: http.MethodGet, path: path, hdr: map[string]string{"Authorization": "Bearer " + tokAcme, "Range": tc.rng}})
 		if w.Code != tc.status || (tc.want != nil && !bytes.Equal(w.Body.Bytes(), tc.want)) {
 			t.Fatalf("%s: %d %q", tc.rng, w.Code, w.Body.Bytes()[:min(20, w.Body.Len())])
 		}
+		if tc.status == 416 {
+			// A problem like every other error, with the size the client
+			// needs to ask again (RFC 9110 §15.5.17), and no file name.
+			p := problemOf(t, w)
+			if p.Code != "range_not_satisfiable" || w.Header().Get("Content-Range") != "bytes */10000" ||
+				w.Header().Get("Content-Disposition") != "" || !strings.Contains(p.Detail, "10000 bytes") {
+				t.Fatalf("%s: %+v %v", tc.rng, p, w.Header())
+			}
+		}
+	}
+	// A failed If-Match is a problem too.
+	w = e.do(t, req{method: http.MethodGet, path: path, hdr: map[string]string{"Authorization": "Bearer " + tokAcme, "If-Match": `"other"`}})
+	if w.Code != http.StatusPreconditionFailed || problemOf(t, w).Code != "precondition_failed" {
+		t.Fatalf("If-Match: %d %v %s", w.Code, w.Header(), w.Body)
 	}
 	// A cached copy is revalidated by its ETag.
 	w = e.do(t, req{method: http.MethodGet, path: path, hdr: map[string]string{"Authorization": "Bearer " + tokAcme, "If-None-Match": `"` + hex.EncodeToString(sum[:]) + `"`}})

@@ -118,6 +118,7 @@ func (s *Server) routes() *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
+	e.Pre(s.options)
 	e.Use(s.requestID)
 	e.Use(s.observe)
 	e.Use(s.recover)
@@ -171,9 +172,29 @@ func routeTable(routes []*echo.Route) []routeMethods {
 		}
 	}
 	for i := range out {
+		// echo answers OPTIONS itself (see options).
+		out[i].methods = append(out[i].methods, http.MethodOptions)
 		slices.Sort(out[i].methods)
 	}
 	return out
+}
+
+// options answers OPTIONS on every path a route serves with 204 and Allow,
+// before routing: echo does so only outside the authenticated groups, and
+// a preflight carries no credentials anyway. Unknown paths go on to 404.
+func (s *Server) options(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if r.Method != http.MethodOptions {
+			return next(c)
+		}
+		allow := s.allowed(r.URL.Path)
+		if len(allow) == 0 {
+			return next(c)
+		}
+		c.Response().Header().Set(echo.HeaderAllow, strings.Join(allow, ", "))
+		return c.NoContent(http.StatusNoContent)
+	}
 }
 
 // allowed returns the methods some route serves at path, nil when no route
