@@ -2,7 +2,6 @@ package api
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"html/template"
 	"io"
@@ -243,15 +242,7 @@ func decodeStrict(r io.Reader, v any) error {
 	if err != nil {
 		return err
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fieldError("body", jsonProblem(err))
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return fieldError("body", "unexpected data after the JSON object")
-	}
-	return nil
+	return decodeStrictJSON(b, v)
 }
 
 // backToPage answers a form post with a redirect to the operations page,

@@ -85,7 +85,7 @@ func TestAdminJobsAndDecision(t *testing.T) {
 	}
 
 	path := "/v1/admin/jobs/" + j.ID + "/decision"
-	for body, field := range map[string]string{`{"decision":"maybe"}`: "decision", `{}`: "decision", `{"decision":"retry","x":1}`: "body", `nope`: "body"} {
+	for body, field := range map[string]string{`{"decision":"maybe"}`: "decision", `{}`: "decision", `{"decision":"retry","x":1}`: "x", `{"decision":"retry","decision":"fail"}`: "decision", `{"decision":7}`: "decision", `nope`: "body"} {
 		w := e.do(t, adminJSON(http.MethodPost, path, body))
 		if w.Code != 400 || !hasField(problemOf(t, w), field) {
 			t.Fatalf("%s: %d %s", body, w.Code, w.Body)

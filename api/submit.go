@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/json"
@@ -120,13 +119,8 @@ func idempotencyKey(r *http.Request) (string, error) {
 // returning all problems at once.
 func decodeSubmission(body []byte) (submitRequest, pipeline.Storyboard, error) {
 	var req submitRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return req, pipeline.Storyboard{}, fieldError("body", jsonProblem(err))
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return req, pipeline.Storyboard{}, fieldError("body", "unexpected data after the JSON object")
+	if err := decodeStrictJSON(body, &req); err != nil {
+		return req, pipeline.Storyboard{}, err
 	}
 	var fields []pipeline.FieldError
 	switch req.Operation {
