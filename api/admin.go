@@ -238,7 +238,7 @@ func (s *Server) adminRedrive(c echo.Context) error {
 // decodeStrict decodes one JSON object, refusing unknown fields and
 // trailing data.
 func decodeStrict(r io.Reader, v any) error {
-	b, err := io.ReadAll(r)
+	b, err := readBody(r)
 	if err != nil {
 		return err
 	}

@@ -93,7 +93,11 @@ func (w *serveContentWriter) Unwrap() http.ResponseWriter { return w.ResponseWri
 // contentProblem is the problem for a status http.ServeContent chose. h is
 // the response header, which still holds what ServeContent set.
 func contentProblem(code int, h http.Header, size int64) error {
-	h.Del(echo.HeaderContentDisposition) // no file comes with a problem
+	// No file comes with a problem: its validators and name would
+	// describe the problem document as if it were the file.
+	for _, k := range []string{echo.HeaderContentDisposition, "ETag", echo.HeaderLastModified} {
+		h.Del(k)
+	}
 	switch code {
 	case http.StatusRequestedRangeNotSatisfiable:
 		// ServeContent set Content-Range: bytes */size, as RFC 9110 asks.

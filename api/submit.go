@@ -50,9 +50,9 @@ func (s *Server) submit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	body, err := io.ReadAll(r.Body)
+	body, err := readBody(r.Body)
 	if err != nil {
-		return err // *http.MaxBytesError → 413
+		return err // *http.MaxBytesError → 413, a timeout → 408
 	}
 	req, sb, err := decodeSubmission(body)
 	if err != nil {
@@ -102,17 +102,26 @@ func idempotencyKey(r *http.Request) (string, error) {
 	vs := r.Header.Values(HeaderIdempotencyKey)
 	switch {
 	case len(vs) == 0 || (len(vs) == 1 && vs[0] == ""):
-		return "", problem(http.StatusBadRequest, "idempotency_key_missing",
-			"send an Idempotency-Key header (1 to 255 printable ASCII characters) so a retried submission cannot create a second job")
+		return "", headerProblem("idempotency_key_missing",
+			"send an Idempotency-Key header (1 to 255 printable ASCII characters) so a retried submission cannot create a second job",
+			"is required")
 	case len(vs) > 1:
-		return "", problem(http.StatusBadRequest, "idempotency_key_invalid", "send exactly one Idempotency-Key header")
+		return "", headerProblem("idempotency_key_invalid", "send exactly one Idempotency-Key header", "is repeated; send it once")
 	}
 	k := vs[0]
 	if len(k) > MaxIdempotencyKeyLen || !printable(k) {
-		return "", problem(http.StatusBadRequest, "idempotency_key_invalid",
-			"the Idempotency-Key must be 1 to 255 printable ASCII characters")
+		return "", headerProblem("idempotency_key_invalid",
+			"the Idempotency-Key must be 1 to 255 printable ASCII characters", "must be 1 to 255 printable ASCII characters")
 	}
 	return k, nil
+}
+
+// headerProblem is a 400 about the Idempotency-Key header, which errors[]
+// names like a field.
+func headerProblem(code, detail, msg string) *Problem {
+	p := problem(http.StatusBadRequest, code, detail)
+	p.Errors = []pipeline.FieldError{{Field: HeaderIdempotencyKey, Message: msg}}
+	return p
 }
 
 // decodeSubmission parses the body strictly and validates every field,
