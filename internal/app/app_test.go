@@ -191,3 +191,5 @@ func TestWebhookSecretFileChecks(t *testing.T) {
 		t.Fatalf("truncated secret: %v", err)
 	}
 }
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
