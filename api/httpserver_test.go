@@ -146,7 +146,8 @@ func TestSlowlorisBodyIsCut(t *testing.T) {
 	addr := serveReal(t, e, HTTPConfig{ReadHeaderTimeout: 200 * time.Millisecond, ReadTimeout: 600 * time.Millisecond})
 	for _, tc := range []struct{ path, auth, body string }{
 		{"/v1/jobs", "Bearer " + tokAcme, validBody},
-		{"/v1/admin/jobs/v1-x/decision", "Bearer " + tokAdmin, `{"decision":"retry"}`},
+		// Padded so that trickling it takes well over ReadTimeout.
+		{"/v1/admin/jobs/v1-x/decision", "Bearer " + tokAdmin, `{"decision":"retry"` + strings.Repeat(" ", 80) + `}`},
 	} {
 		c := dial(t, addr)
 		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: %s\r\nContent-Type: application/json\r\nIdempotency-Key: slow-1\r\nContent-Length: %d\r\n\r\n",
