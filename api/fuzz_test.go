@@ -8,10 +8,12 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"regexp"
 	"strconv"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"edgepipe/pipeline"
 	"edgepipe/routing"
@@ -186,6 +188,31 @@ func FuzzSubmitInstanceID(f *testing.F) {
 			}
 		default:
 			t.Fatalf("%q (grammar: %v): %d %s", id, perr, w.Code, w.Body)
+		}
+	})
+}
+
+// FuzzInstanceIDPattern holds openapi.yaml's instance_id pattern to the
+// grammar routing enforces, so a client validating with the document
+// refuses exactly the ids the server refuses.
+//
+//	go test ./api -run '^$' -fuzz FuzzInstanceIDPattern -fuzztime 60s
+func FuzzInstanceIDPattern(f *testing.F) {
+	for _, id := range []string{"v1-a", "v2-b", "v3-x", "v9999-z", "v10000-z", "plain", "V2-x", "v02-x", "v0-x", "v2-",
+		"v99999999999999999999-x", "v2_x", "v-x", "V-x", "v", "V", "v2", "v2a-b", "vx", "Vx-1", "-x", "_", "a b", "é", "v1--x", "v1-_"} {
+		f.Add(id)
+	}
+	doc, _, err := loadContract()
+	if err != nil {
+		f.Fatal(err)
+	}
+	schema := doc.Components.Schemas["SubmitRequest"].Value.Properties["instance_id"].Value
+	pattern := regexp.MustCompile(schema.Pattern)
+	f.Fuzz(func(t *testing.T, id string) {
+		_, perr := routing.ParseInstanceID(id)
+		documented := utf8.ValidString(id) && len(id) <= int(*schema.MaxLength) && pattern.MatchString(id)
+		if documented != (perr == nil) {
+			t.Fatalf("%q: openapi.yaml says valid=%v, routing says %v", id, documented, perr)
 		}
 	})
 }

@@ -157,6 +157,26 @@ func echoProblem(he *echo.HTTPError) *Problem {
 	return q
 }
 
+// problemFor is problemFor for a request: when the router found no handler
+// (echo's 404 or 405), a path some route serves with other methods is a
+// wrong method, 405 with Allow, not a missing resource.
+func (s *Server) problemFor(c echo.Context, err error) *Problem {
+	p := problemFor(err)
+	var he *echo.HTTPError
+	if (p.Status != http.StatusNotFound && p.Status != http.StatusMethodNotAllowed) || !errors.As(err, &he) {
+		return p
+	}
+	r := c.Request()
+	allow := s.allowed(r.URL.Path)
+	if len(allow) == 0 || slices.Contains(allow, r.Method) {
+		return p
+	}
+	c.Response().Header().Del(echo.HeaderAllow) // echo's own, if it set one
+	list := strings.Join(allow, ", ")
+	return problem(http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed here; use "+list).
+		withHeader(echo.HeaderAllow, list)
+}
+
 // handleError is the echo HTTPErrorHandler.
 func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
@@ -170,20 +190,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		s.log.Debug("client gone", "path", c.Path())
 		return
 	}
-	p := problemFor(err)
-	if p.Status == http.StatusNotFound || p.Status == http.StatusMethodNotAllowed {
-		var he *echo.HTTPError
-		if errors.As(err, &he) {
-			// The router found no handler: a path some route serves with
-			// other methods is a wrong method, not a missing resource.
-			if allow := s.allowed(c.Request().URL.Path); len(allow) > 0 && !slices.Contains(allow, c.Request().Method) {
-				p = problem(http.StatusMethodNotAllowed, "method_not_allowed",
-					c.Request().Method+" is not allowed here; use "+strings.Join(allow, ", ")).
-					withHeader(echo.HeaderAllow, strings.Join(allow, ", "))
-				c.Response().Header().Del(echo.HeaderAllow) // echo's own, which also names OPTIONS
-			}
-		}
-	}
+	p := s.problemFor(c, err)
 	rid := c.Response().Header().Get(echo.HeaderXRequestID)
 	if p.Status >= 500 {
 		// A copy: Problems returned by handlers may be shared values.

@@ -76,7 +76,7 @@ type Server struct {
 }
 
 type routeMethods struct {
-	segments []string // "" matches any one non-empty segment (a :param)
+	segments []string // paramSegment matches any one non-empty segment
 	methods  []string
 }
 
@@ -160,7 +160,7 @@ func routeTable(routes []*echo.Route) []routeMethods {
 			segs := strings.Split(r.Path, "/")
 			for j, sg := range segs {
 				if strings.HasPrefix(sg, ":") {
-					segs[j] = ""
+					segs[j] = paramSegment
 				}
 			}
 			i = len(out)
@@ -178,6 +178,9 @@ func routeTable(routes []*echo.Route) []routeMethods {
 	}
 	return out
 }
+
+// paramSegment stands for a path parameter in routeMethods.segments.
+const paramSegment = ":"
 
 // options answers OPTIONS on every path a route serves with 204 and Allow,
 // before routing: echo does so only outside the authenticated groups, and
@@ -208,7 +211,7 @@ func (s *Server) allowed(path string) []string {
 		}
 		match := true
 		for i, sg := range rm.segments {
-			if sg == "" && segs[i] == "" && i > 0 || sg != "" && sg != segs[i] {
+			if sg == paramSegment && segs[i] == "" || sg != paramSegment && sg != segs[i] {
 				match = false
 				break
 			}
@@ -273,7 +276,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		case err != nil && c.Request().Context().Err() != nil && errors.Is(err, context.Canceled):
 			code = 499 // client closed the request (nginx's convention)
 		case err != nil:
-			code = problemFor(err).Status
+			code = s.problemFor(c, err).Status
 		}
 		route := c.Path()
 		if route == "" {
