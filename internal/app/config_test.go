@@ -1,6 +1,10 @@
 package app
 
 import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -69,5 +73,47 @@ func TestBuildAppliesHTTPSettings(t *testing.T) {
 	defer p.Listener.Close()
 	if p.HTTP.ReadTimeout != 20*time.Second || p.HTTP.IdleTimeout != 40*time.Second || p.HTTP.ReadHeaderTimeout != api.DefaultReadHeaderTimeout {
 		t.Fatalf("%+v", p.HTTP)
+	}
+}
+
+// The listener Build makes serves at most EDGEPIPE_HTTP_MAX_CONNS
+// connections at once.
+func TestBuildCapsConnections(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t, t.TempDir(), map[string]string{"EDGEPIPE_HTTP_MAX_CONNS": "1"})
+	a, err := Open(t.Context(), cfg, discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	p, err := a.Build(t.Context(), true, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.HTTP.Serve(p.Listener)
+	defer p.HTTP.Close()
+	addr := p.Listener.Addr().String()
+	hold, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	time.Sleep(100 * time.Millisecond) // accepted: the one slot is taken
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	r := bufio.NewReader(c)
+	c.SetReadDeadline(time.Now().Add(400 * time.Millisecond))
+	if _, err := r.ReadByte(); err == nil {
+		t.Fatal("a second connection was served with EDGEPIPE_HTTP_MAX_CONNS=1")
+	}
+	hold.Close()
+	c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("once the slot freed: %v %v", resp, err)
 	}
 }
