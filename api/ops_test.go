@@ -206,6 +206,10 @@ func TestUnknownRoutesAndPanics(t *testing.T) {
 			t.Fatalf("%s %s: %+v", tc.method, tc.path, p)
 		}
 	}
+	// The request metrics count them as what they were answered.
+	if m := e.do(t, req{method: http.MethodGet, path: "/metrics"}).Body.String(); !strings.Contains(m, `method="DELETE",route="/v1/jobs/*",code="405"`) {
+		t.Fatalf("405s not in the request metrics:\n%s", m)
+	}
 	// OPTIONS is answered the same way on every known path (echo did so
 	// only outside the authenticated groups).
 	for _, p := range []string{"/healthz", "/v1/jobs/v1-abc", "/v1/admin/dead-letters/7/redrive", "/admin"} {
