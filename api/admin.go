@@ -3,7 +3,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"html/template"
 	"io"
@@ -11,6 +10,7 @@ import (
 	"net/url"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -98,6 +98,24 @@ func adminPost(c echo.Context) (form bool, err error) {
 	return false, requireJSON(c.Request())
 }
 
+// bodyless reports an operator POST without a body and without a
+// Content-Type (curl -X POST), which an endpoint whose body is optional
+// accepts. A browser can send such a request cross-site without a CORS
+// preflight, carrying the operator's Basic credentials, so one whose Origin
+// is another site's is not bodyless: it must be the CSRF-checked form.
+func bodyless(r *http.Request) bool {
+	if r.ContentLength != 0 || r.Header.Get(echo.HeaderContentType) != "" || len(r.TransferEncoding) > 0 {
+		return false
+	}
+	if o := r.Header.Get(echo.HeaderOrigin); o != "" {
+		u, err := url.Parse(o)
+		if err != nil || !strings.EqualFold(u.Host, r.Host) {
+			return false
+		}
+	}
+	return true
+}
+
 // adminDecide is POST /v1/admin/jobs/{id}/decision with {"decision":
 // "retry"|"fail"} for a job in needs_review (409 otherwise).
 func (s *Server) adminDecide(c echo.Context) error {
@@ -183,10 +201,15 @@ func (s *Server) adminDeadLetters(c echo.Context) error {
 // version this deployment still does not serve is refused (409
 // version_unbound) and nothing changes.
 func (s *Server) adminRedrive(c echo.Context) error {
-	// The body, if any, is ignored: the dead letter says everything.
-	form, err := adminPost(c)
-	if err != nil {
-		return err
+	// The body, if any, is ignored: the dead letter says everything. So
+	// none at all, without a Content-Type, is fine too, unless a browser
+	// sent it from another origin (see bodyless).
+	form := false
+	if !bodyless(c.Request()) {
+		var err error
+		if form, err = adminPost(c); err != nil {
+			return err
+		}
 	}
 	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
 	if err != nil || id < 1 {
@@ -216,19 +239,11 @@ func (s *Server) adminRedrive(c echo.Context) error {
 // decodeStrict decodes one JSON object, refusing unknown fields and
 // trailing data.
 func decodeStrict(r io.Reader, v any) error {
-	b, err := io.ReadAll(r)
+	b, err := readBody(r)
 	if err != nil {
 		return err
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fieldError("body", jsonProblem(err))
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return fieldError("body", "unexpected data after the JSON object")
-	}
-	return nil
+	return decodeStrictJSON(b, v)
 }
 
 // backToPage answers a form post with a redirect to the operations page,

@@ -85,7 +85,7 @@ func TestAdminJobsAndDecision(t *testing.T) {
 	}
 
 	path := "/v1/admin/jobs/" + j.ID + "/decision"
-	for body, field := range map[string]string{`{"decision":"maybe"}`: "decision", `{}`: "decision", `{"decision":"retry","x":1}`: "body", `nope`: "body"} {
+	for body, field := range map[string]string{`{"decision":"maybe"}`: "decision", `{}`: "decision", `{"decision":"retry","x":1}`: "x", `{"decision":"retry","decision":"fail"}`: "decision", `{"decision":7}`: "decision", `nope`: "body"} {
 		w := e.do(t, adminJSON(http.MethodPost, path, body))
 		if w.Code != 400 || !hasField(problemOf(t, w), field) {
 			t.Fatalf("%s: %d %s", body, w.Code, w.Body)
@@ -152,13 +152,23 @@ func TestAdminRedrive(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.h = srv.Handler()
-	w = e.do(t, req{method: http.MethodPost, path: path, hdr: map[string]string{"Authorization": "Bearer " + tokAdmin}}) // no body at all
+	// The body is optional, but a body that is neither JSON nor the page's
+	// form is still refused, and so is a bodiless post from another site.
+	w = e.do(t, req{method: http.MethodPost, path: path, body: "x", hdr: map[string]string{"Authorization": "Bearer " + tokAdmin, "Content-Type": "text/plain"}})
 	if w.Code != 415 {
-		t.Fatalf("bodiless non-JSON redrive: %d %s", w.Code, w.Body)
+		t.Fatalf("text/plain redrive: %d %s", w.Code, w.Body)
 	}
-	w = e.do(t, adminJSON(http.MethodPost, path, `{}`))
+	w = e.do(t, req{method: http.MethodPost, path: path, hdr: map[string]string{"Authorization": basic("op", tokAdmin), "Origin": "https://evil.example"}})
+	if w.Code != 415 {
+		t.Fatalf("cross-site bodiless redrive: %d %s", w.Code, w.Body)
+	}
+	if j, _ := e.store.GetJob(context.Background(), "v2-later"); j.Status != pipeline.StatusDeadLettered {
+		t.Fatalf("a refused redrive moved the job: %s", j.Status)
+	}
+	// No body and no Content-Type at all (curl -X POST): accepted.
+	w = e.do(t, req{method: http.MethodPost, path: path, hdr: map[string]string{"Authorization": "Bearer " + tokAdmin}})
 	if w.Code != 200 || decode[AdminJob](t, w).Status != pipeline.StatusPending {
-		t.Fatalf("redrive: %d %s", w.Code, w.Body)
+		t.Fatalf("bodiless redrive: %d %s", w.Code, w.Body)
 	}
 	if total, _, _ := e.store.QueueDepth(context.Background(), "render-v2"); total != 1 {
 		t.Fatalf("render-v2 has %d messages", total)

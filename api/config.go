@@ -66,7 +66,15 @@ type Config struct {
 	// SSEHeartbeat is the interval of comment lines that keep idle
 	// streams open through proxies. Default 15 s.
 	SSEHeartbeat time.Duration
+	// SSEMaxAge ends an event stream after this long (the client resumes
+	// with Last-Event-ID), so no connection is held forever. Streams are
+	// exempt from the server's ReadTimeout. Default DefaultSSEMaxAge.
+	SSEMaxAge time.Duration
 }
+
+// DefaultSSEMaxAge is how long an event stream lives before the server
+// closes it and the client reconnects.
+const DefaultSSEMaxAge = 30 * time.Minute
 
 func (c *Config) setDefaults() {
 	if c.MaxBodyBytes == 0 {
@@ -90,6 +98,9 @@ func (c *Config) setDefaults() {
 	if c.SSEHeartbeat == 0 {
 		c.SSEHeartbeat = 15 * time.Second
 	}
+	if c.SSEMaxAge == 0 {
+		c.SSEMaxAge = DefaultSSEMaxAge
+	}
 	if c.Resolver == nil {
 		c.Resolver = net.DefaultResolver
 	}
@@ -109,8 +120,8 @@ func (c Config) Validate() error {
 		return bad("no router")
 	case c.MaxBodyBytes < 1024:
 		return bad("max body size %d is below 1 KiB", c.MaxBodyBytes)
-	case c.SSEPoll <= 0 || c.SSEHeartbeat <= 0 || c.PresignTTL <= 0:
-		return bad("SSE poll, SSE heartbeat and presign TTL must be positive")
+	case c.SSEPoll <= 0 || c.SSEHeartbeat <= 0 || c.PresignTTL <= 0 || c.SSEMaxAge <= 0:
+		return bad("SSE poll, SSE heartbeat, SSE max age and presign TTL must be positive")
 	}
 	for tok, tenant := range c.Tokens {
 		if err := checkToken(tok); err != nil {

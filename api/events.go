@@ -58,7 +58,9 @@ const eventBatch = 500
 // already settled and nothing is left to send. A needs_review or
 // dead_lettered job can move again after an operator acts; reconnecting
 // with Last-Event-ID picks that up without gaps or duplicates. Comment lines
-// are sent every SSEHeartbeat to keep idle connections open.
+// are sent every SSEHeartbeat to keep idle connections open. A stream is
+// closed after SSEMaxAge whatever happens (the client reconnects), so no
+// connection is held forever.
 func (s *Server) events(c echo.Context) error {
 	after, err := eventCursor(c.Request())
 	if err != nil {
@@ -87,6 +89,13 @@ func (s *Server) events(c echo.Context) error {
 		return nil
 	}
 
+	// The server's ReadTimeout must not cut the stream off (see
+	// clearReadDeadline); the stream ends itself at SSEMaxAge instead, and
+	// the client resumes with Last-Event-ID. Each write has its own
+	// deadline (flush), so a stalled client frees the handler too.
+	s.clearReadDeadline(w)
+	maxAge := time.NewTimer(s.cfg.SSEMaxAge)
+	defer maxAge.Stop()
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	beat := time.NewTicker(s.cfg.SSEHeartbeat)
@@ -97,6 +106,10 @@ func (s *Server) events(c echo.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-s.closing:
+			return nil
+		case <-maxAge.C:
+			bw.WriteString(": stream age limit reached; reconnect with Last-Event-ID\n\n")
+			_ = flush(bw, w)
 			return nil
 		case <-beat.C:
 			bw.WriteString(": keep-alive\n\n")

@@ -128,7 +128,7 @@ func (s *sseStream) rest(t *testing.T) []sseEvent {
 func TestEventsResumeWithoutGapsOrDuplicates(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	ts := httptest.NewServer(e.h)
+	ts := httptest.NewServer(e.checked(t))
 	t.Cleanup(ts.Close) // after the streams close (cleanups run last-in first-out)
 	ctx := context.Background()
 
@@ -197,7 +197,7 @@ func TestEventsResumeWithoutGapsOrDuplicates(t *testing.T) {
 func TestEventsOfSettledJob(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	ts := httptest.NewServer(e.h)
+	ts := httptest.NewServer(e.checked(t))
 	t.Cleanup(ts.Close) // after the streams close (cleanups run last-in first-out)
 	j := e.mustSubmit(t, tokAcme, "k1")
 	e.toReview(t, e.claim(t, "render-v1"))
@@ -254,7 +254,7 @@ func TestEventsBadCursor(t *testing.T) {
 func TestEventsHeartbeat(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.SSEHeartbeat = 20 * time.Millisecond })
-	ts := httptest.NewServer(e.h)
+	ts := httptest.NewServer(e.checked(t))
 	t.Cleanup(ts.Close) // after the streams close (cleanups run last-in first-out)
 	j := e.mustSubmit(t, tokAcme, "k1")
 	s := openStream(t, ts.URL, j.ID, "", "")
@@ -282,7 +282,7 @@ func TestEventsHeartbeat(t *testing.T) {
 func TestCloseStreamsEndsOpenStreams(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	ts := httptest.NewServer(e.h)
+	ts := httptest.NewServer(e.checked(t))
 	t.Cleanup(ts.Close)
 	j := e.mustSubmit(t, tokAcme, "k1")
 	s := openStream(t, ts.URL, j.ID, "", "")

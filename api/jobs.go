@@ -156,13 +156,22 @@ func (s *Server) getJob(c echo.Context) error {
 
 // cancel is POST /v1/jobs/{id}/cancellation: it records the request (a job
 // nobody is working on is canceled at once; a running one at its next
-// boundary) and answers 202 with the job. A finished job answers 409.
+// boundary) and answers 202 with the job. Repeating it is harmless: a job
+// that is already canceled answers 202 with the job as well. Only a job that
+// ended otherwise (succeeded, failed, dead_lettered) answers 409.
 func (s *Server) cancel(c echo.Context) error {
 	id := c.Param("id")
 	if id == "" || len(id) > routing.MaxIDLen {
 		return pipeline.ErrNotFound
 	}
-	j, err := s.cfg.Store.RequestCancel(c.Request().Context(), tenantOf(c), id)
+	ctx := c.Request().Context()
+	j, err := s.cfg.Store.RequestCancel(ctx, tenantOf(c), id)
+	var te *pipeline.TransitionError
+	if errors.As(err, &te) && te.From == pipeline.StatusCanceled {
+		// The store refuses to move a terminal job, rightly; for the
+		// caller the cancel they asked for has happened.
+		j, err = s.cfg.Store.GetTenantJob(ctx, tenantOf(c), id)
+	}
 	if err != nil {
 		return err
 	}

@@ -132,10 +132,28 @@ func TestCancel(t *testing.T) {
 	if code, body := post(j.ID); code != 202 || !strings.Contains(body, `"status":"canceled"`) {
 		t.Fatalf("pending: %d %s", code, body)
 	}
-	// Canceled is terminal: 409.
-	code, body := post(j.ID)
+	// Repeating the cancel of a canceled job is harmless: the job again,
+	// not an error, and nothing is appended to its history.
+	evs, _ := e.store.Events(context.Background(), j.ID, 0, 100)
+	for range 2 {
+		code, body := post(j.ID)
+		if code != http.StatusAccepted || !strings.Contains(body, `"status":"canceled"`) || !strings.Contains(body, `"id":"`+j.ID+`"`) {
+			t.Fatalf("repeated cancel: %d %s", code, body)
+		}
+	}
+	if again, _ := e.store.Events(context.Background(), j.ID, 0, 100); len(again) != len(evs) {
+		t.Fatalf("a repeated cancel wrote events: %d → %d", len(evs), len(again))
+	}
+	// A job that ended otherwise cannot be canceled: 409.
+	done := e.mustSubmit(t, tokAcme, "k-done")
+	e.succeed(t, e.claim(t, "render-v1"), []byte("mp4"))
+	code, body := post(done.ID)
 	if code != http.StatusConflict || !strings.Contains(body, `"code":"job_terminal"`) {
-		t.Fatalf("terminal: %d %s", code, body)
+		t.Fatalf("succeeded: %d %s", code, body)
+	}
+	// Another tenant's canceled job is still a 404.
+	if w := e.do(t, req{method: http.MethodPost, path: "/v1/jobs/" + j.ID + "/cancellation", hdr: map[string]string{"Authorization": "Bearer " + tokGlobex}}); w.Code != 404 {
+		t.Fatalf("other tenant's canceled job: %d", w.Code)
 	}
 	// A running job keeps running until its next boundary; the request is
 	// recorded, and repeating it is fine.
@@ -186,12 +204,27 @@ func TestResultDownload(t *testing.T) {
 		{"bytes=-5", 206, content[len(content)-5:]},
 		{"bytes=5000-5004", 206, content[5000:5005]},
 		{"bytes=20000-", 416, nil},
+		{"bytes=10000-10005", 416, nil},
 	}
 	for _, tc := range cases {
 		w := e.do(t, req{method: http.MethodGet, path: path, hdr: map[string]string{"Authorization": "Bearer " + tokAcme, "Range": tc.rng}})
 		if w.Code != tc.status || (tc.want != nil && !bytes.Equal(w.Body.Bytes(), tc.want)) {
 			t.Fatalf("%s: %d %q", tc.rng, w.Code, w.Body.Bytes()[:min(20, w.Body.Len())])
 		}
+		if tc.status == 416 {
+			// A problem like every other error, with the size the client
+			// needs to ask again (RFC 9110 §15.5.17), and no file name.
+			p := problemOf(t, w)
+			if p.Code != "range_not_satisfiable" || w.Header().Get("Content-Range") != "bytes */10000" ||
+				w.Header().Get("Content-Disposition") != "" || !strings.Contains(p.Detail, "10000 bytes") {
+				t.Fatalf("%s: %+v %v", tc.rng, p, w.Header())
+			}
+		}
+	}
+	// A failed If-Match is a problem too.
+	w = e.do(t, req{method: http.MethodGet, path: path, hdr: map[string]string{"Authorization": "Bearer " + tokAcme, "If-Match": `"other"`}})
+	if w.Code != http.StatusPreconditionFailed || problemOf(t, w).Code != "precondition_failed" {
+		t.Fatalf("If-Match: %d %v %s", w.Code, w.Header(), w.Body)
 	}
 	// A cached copy is revalidated by its ETag.
 	w = e.do(t, req{method: http.MethodGet, path: path, hdr: map[string]string{"Authorization": "Bearer " + tokAcme, "If-None-Match": `"` + hex.EncodeToString(sum[:]) + `"`}})

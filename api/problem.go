@@ -6,6 +6,7 @@ import (
 	"errors"
 	"html/template"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -72,6 +73,10 @@ var titles = map[string]string{
 	"lease_lost":              "The job changed hands",
 	"already_exists":          "Already exists",
 	"instance_id_taken":       "Instance id already in use",
+	"invalid_instance_id":     "Instance id can never be valid",
+	"range_not_satisfiable":   "Range not satisfiable",
+	"precondition_failed":     "Precondition failed",
+	"request_timeout":         "Request took too long to arrive",
 	"version_unbound":         "Workflow version not bound",
 	"result_not_ready":        "No result yet",
 	"unavailable":             "Service unavailable",
@@ -152,6 +157,26 @@ func echoProblem(he *echo.HTTPError) *Problem {
 	return q
 }
 
+// problemFor is problemFor for a request: when the router found no handler
+// (echo's 404 or 405), a path some route serves with other methods is a
+// wrong method, 405 with Allow, not a missing resource.
+func (s *Server) problemFor(c echo.Context, err error) *Problem {
+	p := problemFor(err)
+	var he *echo.HTTPError
+	if (p.Status != http.StatusNotFound && p.Status != http.StatusMethodNotAllowed) || !errors.As(err, &he) {
+		return p
+	}
+	r := c.Request()
+	allow := s.allowed(r.URL.Path)
+	if len(allow) == 0 || slices.Contains(allow, r.Method) {
+		return p
+	}
+	c.Response().Header().Del(echo.HeaderAllow) // echo's own, if it set one
+	list := strings.Join(allow, ", ")
+	return problem(http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed here; use "+list).
+		withHeader(echo.HeaderAllow, list)
+}
+
 // handleError is the echo HTTPErrorHandler.
 func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
@@ -165,7 +190,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		s.log.Debug("client gone", "path", c.Path())
 		return
 	}
-	p := problemFor(err)
+	p := s.problemFor(c, err)
 	rid := c.Response().Header().Get(echo.HeaderXRequestID)
 	if p.Status >= 500 {
 		// A copy: Problems returned by handlers may be shared values.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 
 	"github.com/labstack/echo/v4"
 
@@ -53,8 +54,59 @@ func (s *Server) result(c echo.Context) error {
 	}
 	obj := &objectReader{ctx: ctx, store: s.cfg.Objects, key: a.Key, size: a.SizeBytes}
 	defer obj.Close()
-	http.ServeContent(deadlineWriter{c.Response()}, c.Request(), "", a.CreatedAt, obj)
+	// A download may outlast the server's ReadTimeout, which would cancel
+	// the request's context; each write has its own deadline instead.
+	s.clearReadDeadline(c.Response())
+	sw := &serveContentWriter{ResponseWriter: deadlineWriter{c.Response()}}
+	http.ServeContent(sw, c.Request(), "", a.CreatedAt, obj)
+	if sw.refused != 0 {
+		return contentProblem(sw.refused, h, a.SizeBytes)
+	}
 	return nil
+}
+
+// serveContentWriter keeps http.ServeContent's error answers (416, 412,
+// written as text/plain by http.Error) from reaching the client, so they go
+// out as problem+json through the one error handler like every other error.
+type serveContentWriter struct {
+	http.ResponseWriter
+	refused int
+}
+
+func (w *serveContentWriter) WriteHeader(code int) {
+	if code >= 400 {
+		w.refused = code
+		return
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *serveContentWriter) Write(p []byte) (int, error) {
+	if w.refused != 0 {
+		return len(p), nil // http.Error's text body: dropped
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *serveContentWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// contentProblem is the problem for a status http.ServeContent chose. h is
+// the response header, which still holds what ServeContent set.
+func contentProblem(code int, h http.Header, size int64) error {
+	// No file comes with a problem: its validators and name would
+	// describe the problem document as if it were the file.
+	for _, k := range []string{echo.HeaderContentDisposition, "ETag", echo.HeaderLastModified} {
+		h.Del(k)
+	}
+	switch code {
+	case http.StatusRequestedRangeNotSatisfiable:
+		// ServeContent set Content-Range: bytes */size, as RFC 9110 asks.
+		return problem(code, "range_not_satisfiable",
+			"the Range header asks for bytes outside the result ("+strconv.FormatInt(size, 10)+" bytes) or is malformed")
+	case http.StatusPreconditionFailed:
+		return problem(code, "precondition_failed", "the result does not match the If-Match or If-Unmodified-Since header")
+	}
+	return errors.New("serving the result answered " + strconv.Itoa(code))
 }
 
 // objectReader is an io.ReadSeeker over a stored object that opens a ranged

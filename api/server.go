@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -68,6 +70,16 @@ type Server struct {
 	closing   chan struct{} // closed by CloseStreams
 
 	live liveBindings
+
+	// methods lists, per route pattern, the methods it serves: a request
+	// whose path matches a pattern but whose method does not is answered
+	// 405 with Allow (echo's group catch-alls would otherwise say 404).
+	methods []routeMethods
+}
+
+type routeMethods struct {
+	segments []string // paramSegment matches any one non-empty segment
+	methods  []string
 }
 
 // New validates cfg and builds the server and its routes.
@@ -108,6 +120,7 @@ func (s *Server) routes() *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
+	e.Pre(s.options)
 	e.Use(s.requestID)
 	e.Use(s.observe)
 	e.Use(s.recover)
@@ -132,7 +145,89 @@ func (s *Server) routes() *echo.Echo {
 	adm.GET("/dead-letters", s.adminDeadLetters)
 	adm.POST("/dead-letters/:id/redrive", s.adminRedrive)
 	e.GET("/admin", s.adminPage, s.requireAdmin)
+	s.methods = routeTable(e.Routes())
 	return e
+}
+
+// routeTable groups the routes' methods by path pattern.
+func routeTable(routes []*echo.Route) []routeMethods {
+	var out []routeMethods
+	idx := map[string]int{}
+	for _, r := range routes {
+		if r.Method == echo.RouteNotFound || strings.Contains(r.Path, "*") {
+			continue
+		}
+		i, ok := idx[r.Path]
+		if !ok {
+			segs := strings.Split(r.Path, "/")
+			for j, sg := range segs {
+				if strings.HasPrefix(sg, ":") {
+					segs[j] = paramSegment
+				}
+			}
+			i = len(out)
+			idx[r.Path] = i
+			out = append(out, routeMethods{segments: segs})
+		}
+		if !slices.Contains(out[i].methods, r.Method) {
+			out[i].methods = append(out[i].methods, r.Method)
+		}
+	}
+	for i := range out {
+		// echo answers OPTIONS itself (see options).
+		out[i].methods = append(out[i].methods, http.MethodOptions)
+		slices.Sort(out[i].methods)
+	}
+	return out
+}
+
+// paramSegment stands for a path parameter in routeMethods.segments.
+const paramSegment = ":"
+
+// options answers OPTIONS on every path a route serves with 204 and Allow,
+// before routing: echo does so only outside the authenticated groups, and
+// a preflight carries no credentials anyway. Unknown paths go on to 404.
+func (s *Server) options(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if r.Method != http.MethodOptions {
+			return next(c)
+		}
+		allow := s.allowed(r.URL.Path)
+		if len(allow) == 0 {
+			return next(c)
+		}
+		c.Response().Header().Set(echo.HeaderAllow, strings.Join(allow, ", "))
+		return c.NoContent(http.StatusNoContent)
+	}
+}
+
+// allowed returns the methods some route serves at path, nil when no route
+// has that path.
+func (s *Server) allowed(path string) []string {
+	segs := strings.Split(path, "/")
+	var out []string
+	for _, rm := range s.methods {
+		if len(rm.segments) != len(segs) {
+			continue
+		}
+		match := true
+		for i, sg := range rm.segments {
+			if sg == paramSegment && segs[i] == "" || sg != paramSegment && sg != segs[i] {
+				match = false
+				break
+			}
+		}
+		if match {
+			for _, m := range rm.methods {
+				if !slices.Contains(out, m) {
+					out = append(out, m)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // recover turns a panic into an error that handleError answers as a
@@ -183,7 +278,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		case err != nil && c.Request().Context().Err() != nil && errors.Is(err, context.Canceled):
 			code = 499 // client closed the request (nginx's convention)
 		case err != nil:
-			code = problemFor(err).Status
+			code = s.problemFor(c, err).Status
 		}
 		route := c.Path()
 		if route == "" {

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/json"
@@ -51,9 +50,9 @@ func (s *Server) submit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	body, err := io.ReadAll(r.Body)
+	body, err := readBody(r.Body)
 	if err != nil {
-		return err // *http.MaxBytesError → 413
+		return err // *http.MaxBytesError → 413, a timeout → 408
 	}
 	req, sb, err := decodeSubmission(body)
 	if err != nil {
@@ -103,30 +102,34 @@ func idempotencyKey(r *http.Request) (string, error) {
 	vs := r.Header.Values(HeaderIdempotencyKey)
 	switch {
 	case len(vs) == 0 || (len(vs) == 1 && vs[0] == ""):
-		return "", problem(http.StatusBadRequest, "idempotency_key_missing",
-			"send an Idempotency-Key header (1 to 255 printable ASCII characters) so a retried submission cannot create a second job")
+		return "", headerProblem("idempotency_key_missing",
+			"send an Idempotency-Key header (1 to 255 printable ASCII characters) so a retried submission cannot create a second job",
+			"is required")
 	case len(vs) > 1:
-		return "", problem(http.StatusBadRequest, "idempotency_key_invalid", "send exactly one Idempotency-Key header")
+		return "", headerProblem("idempotency_key_invalid", "send exactly one Idempotency-Key header", "is repeated; send it once")
 	}
 	k := vs[0]
 	if len(k) > MaxIdempotencyKeyLen || !printable(k) {
-		return "", problem(http.StatusBadRequest, "idempotency_key_invalid",
-			"the Idempotency-Key must be 1 to 255 printable ASCII characters")
+		return "", headerProblem("idempotency_key_invalid",
+			"the Idempotency-Key must be 1 to 255 printable ASCII characters", "must be 1 to 255 printable ASCII characters")
 	}
 	return k, nil
+}
+
+// headerProblem is a 400 about the Idempotency-Key header, which errors[]
+// names like a field.
+func headerProblem(code, detail, msg string) *Problem {
+	p := problem(http.StatusBadRequest, code, detail)
+	p.Errors = []pipeline.FieldError{{Field: HeaderIdempotencyKey, Message: msg}}
+	return p
 }
 
 // decodeSubmission parses the body strictly and validates every field,
 // returning all problems at once.
 func decodeSubmission(body []byte) (submitRequest, pipeline.Storyboard, error) {
 	var req submitRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return req, pipeline.Storyboard{}, fieldError("body", jsonProblem(err))
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return req, pipeline.Storyboard{}, fieldError("body", "unexpected data after the JSON object")
+	if err := decodeStrictJSON(body, &req); err != nil {
+		return req, pipeline.Storyboard{}, err
 	}
 	var fields []pipeline.FieldError
 	switch req.Operation {
@@ -143,13 +146,17 @@ func decodeSubmission(body []byte) (submitRequest, pipeline.Storyboard, error) {
 	} else if err != nil {
 		return req, sb, err
 	}
+	var idErr error
 	if req.InstanceID != nil {
-		// A malformed version prefix is not refused here: like an unbound
-		// version it is accepted and dead-lettered as unbound_version
-		// (routing never reads it as an un-prefixed id).
-		if _, err := routing.ParseInstanceID(*req.InstanceID); err != nil && !errors.Is(err, routing.ErrMalformedPrefix) {
-			fields = append(fields, pipeline.FieldError{Field: "instance_id",
-				Message: fmt.Sprintf("must match %s and be at most %d bytes", routing.IDPattern, routing.MaxIDLen)})
+		// A malformed version prefix (V2-x, v02-x, v2-) can never become
+		// valid, so it is refused here instead of being accepted and
+		// dead-lettered where nothing could clear it. A well-formed prefix
+		// of a version this deployment does not bind (v3-x) is accepted
+		// and dead-lettered as unbound_version by newJob: binding the
+		// version later makes it redrivable.
+		if _, err := routing.ParseInstanceID(*req.InstanceID); err != nil {
+			idErr = err
+			fields = append(fields, pipeline.FieldError{Field: "instance_id", Message: instanceIDReason(err)})
 		}
 	}
 	if req.WebhookURL != nil {
@@ -157,10 +164,27 @@ func decodeSubmission(body []byte) (submitRequest, pipeline.Storyboard, error) {
 			fields = append(fields, pipeline.FieldError{Field: "webhook_url", Message: urlReason(err)})
 		}
 	}
+	if idErr != nil {
+		// Its own code, so a client can tell "this id can never work"
+		// from the other field errors; errors[] still lists every field.
+		p := problem(http.StatusBadRequest, "invalid_instance_id", instanceIDReason(idErr)+". "+InstanceIDRule+".")
+		p.Errors = fields
+		return req, sb, p
+	}
 	if len(fields) > 0 {
 		return req, sb, &pipeline.ValidationError{Fields: fields}
 	}
 	return req, sb, nil
+}
+
+// InstanceIDRule is the grammar of an instance_id, in words: the detail of
+// every invalid_instance_id problem ends with it.
+const InstanceIDRule = "An instance id is an optional version prefix 'v' + 1 to 4 digits without a leading zero + '-' " +
+	"(lowercase, e.g. v2-), then at least one of A-Z a-z 0-9 _ - starting with a letter, digit or '_'; at most 64 bytes in all"
+
+// instanceIDReason is routing's explanation without the sentinel's prefix.
+func instanceIDReason(err error) string {
+	return strings.TrimPrefix(err.Error(), pipeline.ErrInvalidInput.Error()+": ")
 }
 
 func fieldError(field, msg string) error {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -46,14 +47,14 @@ func TestSubmitStatusCodes(t *testing.T) {
 		{"empty body", submitHeaders(tokAcme, "k2"), ``, 400, "validation_failed", "body"},
 		{"array body", submitHeaders(tokAcme, "k2b"), `[]`, 400, "validation_failed", "body"},
 		{"trailing data", submitHeaders(tokAcme, "k3"), validBody + `{}`, 400, "validation_failed", "body"},
-		{"unknown field", submitHeaders(tokAcme, "k4"), withField("priority", 1), 400, "validation_failed", "body"},
+		{"unknown field", submitHeaders(tokAcme, "k4"), withField("priority", 1), 400, "validation_failed", "priority"},
 		{"unknown operation", submitHeaders(tokAcme, "k5"), withField("operation", "render_audio"), 400, "validation_failed", "operation"},
 		{"no scenes", submitHeaders(tokAcme, "k6"), withField("scenes", []any{}), 400, "validation_failed", "scenes"},
 		{"scene too short", submitHeaders(tokAcme, "k7"), withField("scenes", []any{map[string]any{"image_prompt": "x", "narration": "y", "duration_ms": 10}}), 400, "validation_failed", "scenes[0].duration_ms"},
-		{"wrong type", submitHeaders(tokAcme, "k8"), withField("scenes", "many"), 400, "validation_failed", "body"},
-		{"bad instance id", submitHeaders(tokAcme, "k9"), withField("instance_id", "has space"), 400, "validation_failed", "instance_id"},
-		{"instance id too long", submitHeaders(tokAcme, "k10"), withField("instance_id", strings.Repeat("a", 65)), 400, "validation_failed", "instance_id"},
-		{"empty instance id", submitHeaders(tokAcme, "k11"), withField("instance_id", ""), 400, "validation_failed", "instance_id"},
+		{"wrong type", submitHeaders(tokAcme, "k8"), withField("scenes", "many"), 400, "validation_failed", "scenes"},
+		{"bad instance id", submitHeaders(tokAcme, "k9"), withField("instance_id", "has space"), 400, "invalid_instance_id", "instance_id"},
+		{"instance id too long", submitHeaders(tokAcme, "k10"), withField("instance_id", strings.Repeat("a", 65)), 400, "invalid_instance_id", "instance_id"},
+		{"empty instance id", submitHeaders(tokAcme, "k11"), withField("instance_id", ""), 400, "invalid_instance_id", "instance_id"},
 		{"webhook not http", submitHeaders(tokAcme, "k12"), withField("webhook_url", "ftp://hooks.example.com/x"), 400, "validation_failed", "webhook_url"},
 		{"webhook with credentials", submitHeaders(tokAcme, "k13"), withField("webhook_url", "https://u:p@hooks.example.com/x"), 400, "validation_failed", "webhook_url"},
 		{"webhook loopback literal", submitHeaders(tokAcme, "k14"), withField("webhook_url", "http://127.0.0.1:8080/x"), 400, "validation_failed", "webhook_url"},
@@ -211,8 +212,6 @@ func TestSubmitCallerInstanceID(t *testing.T) {
 		{"plain-id", pipeline.StatusPending, "v1"},      // no prefix: the default version
 		{"v2-later", pipeline.StatusDeadLettered, "v2"}, // not bound here
 		{"v3-future", pipeline.StatusDeadLettered, "v3"},
-		{"V2-upper", pipeline.StatusDeadLettered, ""}, // malformed prefix: never read as v1
-		{"v02-zero", pipeline.StatusDeadLettered, ""},
 	}
 	for i, tc := range cases {
 		w := e.submit(t, tokAcme, "inst-"+tc.id, withField("instance_id", tc.id))
@@ -248,8 +247,8 @@ func TestSubmitCallerInstanceID(t *testing.T) {
 		}
 	}
 	dls, _ := e.store.ListDeadLetters(context.Background(), false, 0, 0)
-	if len(dls) != 4 {
-		t.Fatalf("%d dead letters, want 4", len(dls))
+	if len(dls) != 2 {
+		t.Fatalf("%d dead letters, want 2", len(dls))
 	}
 	for _, d := range dls {
 		if d.Reason != pipeline.ReasonUnboundVersion {
@@ -363,5 +362,125 @@ func TestSubmitPrivateWebhookAllowedByConfig(t *testing.T) {
 	// Form is still checked.
 	if w := e.submit(t, tokAcme, "wh-z", withField("webhook_url", "file:///etc/passwd")); w.Code != 400 {
 		t.Fatalf("file URL: %d", w.Code)
+	}
+}
+
+// A malformed version prefix can never become valid, so it is refused at
+// submission with the rule, and nothing is stored (no job, no dead letter
+// nobody could clear). A well-formed prefix of a version not bound here is
+// accepted and dead-lettered: binding the version makes it redrivable.
+func TestSubmitMalformedVersionPrefix(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, tc := range []struct{ id, why string }{
+		{"V2-x", "lowercase"},
+		{"v02-x", "must not start with 0"},
+		{"v0-x", "must not start with 0"},
+		{"v2-", "nothing follows"},
+		{"v99999999999999999999-x", "more than 4 digits"},
+		{"v2_x", "must end with '-'"},
+		{"v-x", "no version number"},
+	} {
+		w := e.submit(t, tokAcme, "key-"+tc.id, withField("instance_id", tc.id))
+		if w.Code != http.StatusBadRequest {
+			t.Fatalf("%s: %d %s", tc.id, w.Code, w.Body)
+		}
+		p := problemOf(t, w)
+		if p.Code != "invalid_instance_id" || !strings.Contains(p.Detail, tc.why) || !strings.Contains(p.Detail, InstanceIDRule) ||
+			len(p.Errors) != 1 || p.Errors[0].Field != "instance_id" || !strings.Contains(p.Errors[0].Message, tc.why) {
+			t.Fatalf("%s: %+v", tc.id, p)
+		}
+		if _, err := e.store.GetJob(context.Background(), tc.id); !errors.Is(err, pipeline.ErrNotFound) {
+			t.Fatalf("%s was stored: %v", tc.id, err)
+		}
+	}
+	// Other field errors are still listed next to the id's.
+	w := e.submit(t, tokAcme, "key-both", `{"operation":"render_audio","instance_id":"V2-x","scenes":[]}`)
+	if p := problemOf(t, w); p.Code != "invalid_instance_id" || !hasField(p, "instance_id") || !hasField(p, "operation") || !hasField(p, "scenes") {
+		t.Fatalf("several errors: %+v", p)
+	}
+	if dls, _ := e.store.ListDeadLetters(context.Background(), true, 0, 0); len(dls) != 0 {
+		t.Fatalf("dead letters for refused ids: %+v", dls)
+	}
+	// Well-formed but unbound: 202 and dead-lettered, as before.
+	w = e.submit(t, tokAcme, "key-v3", withField("instance_id", "v3-x"))
+	if w.Code != http.StatusAccepted {
+		t.Fatalf("v3-x: %d %s", w.Code, w.Body)
+	}
+	if j := decode[JobResource](t, w); j.Status != pipeline.StatusDeadLettered || j.Error == nil || j.Error.Code != pipeline.ReasonUnboundVersion {
+		t.Fatalf("v3-x: %+v", j)
+	}
+}
+
+// Every 400 of a submission names the exact JSON path of what is wrong, and
+// says what is wrong with it.
+func TestSubmitFieldPaths(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	scene := `{"image_prompt":"x","narration":"y","duration_ms":1000}`
+	body := func(scenes ...string) string {
+		return `{"operation":"render_video","scenes":[` + strings.Join(scenes, ",") + `]}`
+	}
+	cases := []struct {
+		name, body string
+		want       []pipeline.FieldError // field, and a fragment of the message
+	}{
+		{"unknown nested field", body(scene, scene, `{"image_prompt":"x","narration":"y","duration_ms":1000,"voice":"alto"}`),
+			[]pipeline.FieldError{{Field: "scenes[2].voice", Message: "is not a known field (known: duration_ms, image_prompt, narration, video_prompt)"}}},
+		{"unknown option", `{"operation":"render_video","scenes":[` + scene + `],"options":{"fps":25,"bitrate":9}}`,
+			[]pipeline.FieldError{{Field: "options.bitrate", Message: "is not a known field"}}},
+		{"field names are exact", `{"operation":"render_video","Title":"x","scenes":[` + scene + `]}`,
+			[]pipeline.FieldError{{Field: "Title", Message: "is not a known field"}}},
+		{"unknown top-level field", `{"operation":"render_video","scenes":[` + scene + `],"priority":1}`,
+			[]pipeline.FieldError{{Field: "priority", Message: "is not a known field"}}},
+		{"int out of range", body(scene, `{"image_prompt":"x","narration":"y","duration_ms":99999999999999999999}`),
+			[]pipeline.FieldError{{Field: "scenes[1].duration_ms", Message: "is out of range: 99999999999999999999 is not from -9223372036854775808 to 9223372036854775807"}}},
+		{"negative int out of range", `{"operation":"render_video","scenes":[` + scene + `],"options":{"fps":-99999999999999999999}}`,
+			[]pipeline.FieldError{{Field: "options.fps", Message: "is out of range"}}},
+		{"fraction for an int", body(`{"image_prompt":"x","narration":"y","duration_ms":1500.5}`),
+			[]pipeline.FieldError{{Field: "scenes[0].duration_ms", Message: "must be a whole number written without a fraction or exponent, not 1500.5"}}},
+		{"exponent for an int", body(`{"image_prompt":"x","narration":"y","duration_ms":1e309}`),
+			[]pipeline.FieldError{{Field: "scenes[0].duration_ms", Message: "must be a whole number"}}},
+		{"string for an int", body(`{"image_prompt":"x","narration":"y","duration_ms":"1000"}`),
+			[]pipeline.FieldError{{Field: "scenes[0].duration_ms", Message: "must be a whole number, not a string"}}},
+		{"number for a string", body(`{"image_prompt":7,"narration":"y","duration_ms":1000}`),
+			[]pipeline.FieldError{{Field: "scenes[0].image_prompt", Message: "must be a string, not a number"}}},
+		{"object for an array", `{"operation":"render_video","scenes":{"0":` + scene + `}}`,
+			[]pipeline.FieldError{{Field: "scenes", Message: "must be an array, not an object"}}},
+		{"array for an object", body(`[1]`),
+			[]pipeline.FieldError{{Field: "scenes[0]", Message: "must be an object, not an array"}}},
+		{"duplicate top-level key", `{"operation":"render_video","title":"a","title":"b","scenes":[` + scene + `]}`,
+			[]pipeline.FieldError{{Field: "title", Message: "appears more than once"}}},
+		{"duplicate nested key", body(`{"image_prompt":"x","narration":"y","duration_ms":1000,"duration_ms":2000}`),
+			[]pipeline.FieldError{{Field: "scenes[0].duration_ms", Message: "appears more than once"}}},
+		{"duplicate key inside an unknown field", `{"operation":"render_video","scenes":[` + scene + `],"x":{"a":1,"a":2}}`,
+			[]pipeline.FieldError{{Field: "x", Message: "is not a known field"}, {Field: "x.a", Message: "appears more than once"}}},
+		{"several at once", body(`{"image_prompt":"x","narration":"y","duration_ms":1000,"voice":1}`, `{"image_prompt":"x","narration":"y","duration_ms":1e3}`),
+			[]pipeline.FieldError{{Field: "scenes[0].voice", Message: "is not a known field"}, {Field: "scenes[1].duration_ms", Message: "must be a whole number"}}},
+		{"semantic error keeps its path", body(scene, `{"image_prompt":"x","narration":"y","duration_ms":10}`),
+			[]pipeline.FieldError{{Field: "scenes[1].duration_ms", Message: ""}}},
+		{"not an object", `[1,2]`, []pipeline.FieldError{{Field: "body", Message: "must be an object, not an array"}}},
+		{"malformed", `{"operation":"render_video",}`, []pipeline.FieldError{{Field: "body", Message: "malformed JSON at byte"}}},
+		{"truncated", `{"operation":"render_video","scenes":[`, []pipeline.FieldError{{Field: "body", Message: ""}}},
+		{"too deep", `{"operation":"render_video","scenes":[` + strings.Repeat(`[`, 40) + strings.Repeat(`]`, 40) + `]}`,
+			[]pipeline.FieldError{{Field: "body", Message: "nests more than"}}},
+		{"trailing data", `{"operation":"render_video","scenes":[` + scene + `]} {}`, []pipeline.FieldError{{Field: "body", Message: "unexpected data after"}}},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := e.submit(t, tokAcme, fmt.Sprintf("paths-%d", i), tc.body)
+			if w.Code != http.StatusBadRequest {
+				t.Fatalf("%d %s", w.Code, w.Body)
+			}
+			p := problemOf(t, w)
+			if p.Code != "validation_failed" || len(p.Errors) != len(tc.want) {
+				t.Fatalf("got %+v, want errors %+v", p, tc.want)
+			}
+			for j, want := range tc.want {
+				if got := p.Errors[j]; got.Field != want.Field || !strings.Contains(got.Message, want.Message) || got.Message == "" {
+					t.Fatalf("error %d: got %+v, want %+v", j, got, want)
+				}
+			}
+		})
 	}
 }

@@ -19,9 +19,11 @@
 //     starts with a letter, digit or '_', is explicitly version vN.
 //   - An id that starts like a version prefix — ^[vV][0-9]*[-_] — but is not
 //     a well-formed one (v-abc, v01-abc, v0-abc, V2-abc, v2_abc, v_abc, v2-,
-//     v2--abc, v12345-abc) is refused with ErrMalformedPrefix, and the router
-//     dead-letters it as unbound_version. It is never read as an un-prefixed
-//     id, because that would route it to v1 by guessing.
+//     v2--abc, v12345-abc) is refused with ErrMalformedPrefix: the API
+//     answers 400 invalid_instance_id at submission, and the router
+//     dead-letters any such job it still meets as unbound_version. It is
+//     never read as an un-prefixed id, because that would route it to v1 by
+//     guessing.
 //   - Anything else (abc, v2, v2abc, vx-abc, version-1) has no prefix and runs
 //     on DefaultVersion (v1).
 package routing

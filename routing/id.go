@@ -23,9 +23,10 @@ const (
 )
 
 // ErrMalformedPrefix marks an id that starts like a version prefix but is not
-// a well-formed one. It wraps pipeline.ErrInvalidInput. The router turns it
-// into a dead letter with reason unbound_version rather than treating the id
-// as un-prefixed.
+// a well-formed one. It wraps pipeline.ErrInvalidInput. The API refuses such
+// ids at submission (400 invalid_instance_id); the router still turns one it
+// meets (a job stored before that) into a dead letter with reason
+// unbound_version rather than treating the id as un-prefixed.
 var ErrMalformedPrefix = fmt.Errorf("%w: malformed version prefix", pipeline.ErrInvalidInput)
 
 // InstanceID is a parsed workflow instance id.

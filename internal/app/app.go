@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"edgepipe/api"
@@ -233,10 +234,9 @@ func (a *App) Build(ctx context.Context, withAPI, withSweeper bool, workers int)
 		}
 		secret := a.Cfg.WebhookSecret
 		if secret == "" {
-			if secret, err = api.GenerateToken(); err != nil {
+			if secret, err = a.webhookSecret(); err != nil {
 				return nil, err
 			}
-			a.Log.Warn("EDGEPIPE_WEBHOOK_SECRET is not set; webhooks are signed with a secret generated for this process", "secret", secret)
 		}
 		p.Dispatcher, err = webhook.New(webhook.Config{Store: a.Store, Secret: []byte(secret), AllowPrivate: a.Cfg.AllowPrivate,
 			Logger: a.Log, Metrics: a.Metrics, Failpoint: fps.Func()})
@@ -246,19 +246,80 @@ func (a *App) Build(ctx context.Context, withAPI, withSweeper bool, workers int)
 	}
 	if withAPI {
 		p.API, err = api.New(api.Config{Store: a.Store, Objects: a.Objects, Router: a.Router, Presence: a.Store, Tokens: a.Cfg.Tokens,
-			AdminToken: a.Cfg.AdminToken, AllowPrivateWebhooks: a.Cfg.AllowPrivate, Logger: a.Log, Metrics: a.Metrics})
+			AdminToken: a.Cfg.AdminToken, AllowPrivateWebhooks: a.Cfg.AllowPrivate, Logger: a.Log, Metrics: a.Metrics,
+			SSEMaxAge: a.Cfg.SSEMaxAge})
 		if err != nil {
 			return nil, err
 		}
-		p.Listener, err = net.Listen("tcp", a.Cfg.Addr)
+		if p.HTTP, err = api.NewHTTPServer(p.API.Handler(), a.Cfg.HTTP); err != nil {
+			return nil, err
+		}
+		l, err := net.Listen("tcp", a.Cfg.Addr)
 		if err != nil {
 			return nil, fmt.Errorf("EDGEPIPE_ADDR: %w", err)
 		}
-		p.HTTP = &http.Server{Handler: p.API.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		p.Listener = api.LimitListener(l, a.Cfg.HTTP)
 		// Event streams would otherwise hold a graceful shutdown open.
 		p.HTTP.RegisterOnShutdown(p.API.CloseStreams)
 	}
 	return p, nil
+}
+
+// WebhookSecretFile is where a deployment without EDGEPIPE_WEBHOOK_SECRET
+// keeps the secret it signs webhooks with, inside the data directory.
+const WebhookSecretFile = "webhook-secret"
+
+// webhookSecret returns the persisted webhook signing secret, creating it
+// (0600) on first start. It must survive restarts, or receivers could not
+// verify webhooks after one; it is never logged, only where it is kept.
+// Processes sharing the data directory race to link it into place, so all
+// of them sign with the same secret.
+func (a *App) webhookSecret() (string, error) {
+	path := filepath.Join(a.Cfg.DataDir, WebhookSecretFile)
+	for range 2 {
+		if b, err := os.ReadFile(path); err == nil {
+			secret := strings.TrimSpace(string(b))
+			if len(secret) < api.MinTokenLen {
+				return "", fmt.Errorf("%s: the webhook secret is shorter than %d characters; delete the file to make a new one or set EDGEPIPE_WEBHOOK_SECRET", path, api.MinTokenLen)
+			}
+			if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+				if err := os.Chmod(path, 0o600); err != nil {
+					return "", fmt.Errorf("%s: readable by others and cannot be restricted: %w", path, err)
+				}
+				a.Log.Warn("webhook secret file was readable by others; restricted it to its owner", "path", path)
+			}
+			a.Log.Info("webhooks are signed with the secret kept in the data directory", "path", path)
+			return secret, nil
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("webhook secret: %w", err)
+		}
+		secret, err := api.GenerateToken()
+		if err != nil {
+			return "", err
+		}
+		// Written whole to a private temporary file, then linked into
+		// place: the link fails if the file exists, and nobody ever reads
+		// a half-written secret.
+		tmp, err := os.CreateTemp(a.Cfg.DataDir, WebhookSecretFile+".*.tmp")
+		if err != nil {
+			return "", fmt.Errorf("webhook secret: %w", err)
+		}
+		_, werr := tmp.WriteString(secret + "\n")
+		err = errors.Join(werr, tmp.Chmod(0o600), tmp.Sync(), tmp.Close())
+		if err == nil {
+			err = os.Link(tmp.Name(), path)
+		}
+		os.Remove(tmp.Name())
+		if errors.Is(err, os.ErrExist) {
+			continue // another process made it first: use theirs
+		}
+		if err != nil {
+			return "", fmt.Errorf("webhook secret: %w", err)
+		}
+		a.Log.Info("EDGEPIPE_WEBHOOK_SECRET is not set; webhooks are signed with a secret generated now and kept for later starts", "path", path)
+		return secret, nil
+	}
+	return "", fmt.Errorf("webhook secret: %s keeps appearing and disappearing", path)
 }
 
 // Run starts every part, blocks until ctx ends, then stops them in order:

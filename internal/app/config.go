@@ -38,6 +38,7 @@ var Known = []string{
 	"EDGEPIPE_RETRY_BASE", "EDGEPIPE_RETRY_CAP", "EDGEPIPE_RETRY_MAX_ATTEMPTS",
 	"EDGEPIPE_INFRA_RETRY_WINDOW", "EDGEPIPE_INFRA_RETRY_CAP",
 	"EDGEPIPE_FAILPOINTS", "EDGEPIPE_LOG_LEVEL", "EDGEPIPE_WEBHOOK_SECRET", "EDGEPIPE_ALLOW_PRIVATE_WEBHOOKS",
+	api.EnvHTTPReadHeaderTimeout, api.EnvHTTPReadTimeout, api.EnvHTTPIdleTimeout, api.EnvHTTPMaxConns, api.EnvSSEMaxAge,
 	"EDGEPIPE_URL", "EDGEPIPE_TOKEN", // client commands (submit, status, ...)
 	"EDGEPIPE_MINIO_BIN", "EDGEPIPE_BASE_IMAGE", "EDGEPIPE_MINIO_IMAGE", "EDGEPIPE_IMAGE", // tests and images
 	"EDGEPIPE_TEST_DEBUG",
@@ -71,6 +72,10 @@ type Config struct {
 	LogLevel      slog.Level
 	WebhookSecret string
 	AllowPrivate  bool
+	// HTTP bounds the API server's connections (EDGEPIPE_HTTP_*).
+	HTTP api.HTTPConfig
+	// SSEMaxAge ends event streams after this long (EDGEPIPE_SSE_MAX_AGE).
+	SSEMaxAge time.Duration
 
 	getenv func(string) string
 }
@@ -126,12 +131,22 @@ func FromEnv(getenv func(string) string, environ []string) (Config, error) {
 		{"EDGEPIPE_RETRY_CAP", &c.RetryCap, 10 * time.Minute, time.Millisecond},
 		{"EDGEPIPE_INFRA_RETRY_WINDOW", &c.InfraWindow, pipeline.DefaultInfraWindow, time.Second},
 		{"EDGEPIPE_INFRA_RETRY_CAP", &c.InfraCap, pipeline.DefaultInfraCap, time.Millisecond},
+		{api.EnvHTTPReadHeaderTimeout, &c.HTTP.ReadHeaderTimeout, api.DefaultReadHeaderTimeout, 100 * time.Millisecond},
+		{api.EnvHTTPReadTimeout, &c.HTTP.ReadTimeout, api.DefaultReadTimeout, 100 * time.Millisecond},
+		{api.EnvHTTPIdleTimeout, &c.HTTP.IdleTimeout, api.DefaultIdleTimeout, 100 * time.Millisecond},
+		{api.EnvSSEMaxAge, &c.SSEMaxAge, api.DefaultSSEMaxAge, time.Second},
 	} {
 		if *d.dst, err = durationSetting(getenv, d.name, d.def, d.min); err != nil {
 			return c, err
 		}
 	}
 	if c.RetryMax, err = intSetting(getenv, "EDGEPIPE_RETRY_MAX_ATTEMPTS", 5, 1, 100); err != nil {
+		return c, err
+	}
+	if c.HTTP.MaxConns, err = intSetting(getenv, api.EnvHTTPMaxConns, api.DefaultMaxConns, 1, api.MaxMaxConns); err != nil {
+		return c, err
+	}
+	if err := c.HTTP.Validate(); err != nil {
 		return c, err
 	}
 	if c.RetryCap < c.RetryBase {

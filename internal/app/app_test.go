@@ -1,0 +1,195 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"edgepipe/pipeline"
+	"edgepipe/webhook"
+)
+
+// testConfig reads a configuration from env (plus the data directory) the
+// way `edgepipe serve` does.
+func testConfig(t *testing.T, dir string, env map[string]string) Config {
+	t.Helper()
+	all := map[string]string{"EDGEPIPE_DATA_DIR": dir, "EDGEPIPE_ADDR": "127.0.0.1:0"}
+	for k, v := range env {
+		all[k] = v
+	}
+	var environ []string
+	for k, v := range all {
+		environ = append(environ, k+"="+v)
+	}
+	cfg, err := FromEnv(func(k string) string { return all[k] }, environ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// receiver records the signed webhooks it gets.
+type receiver struct {
+	mu   sync.Mutex
+	got  []delivery
+	srv  *httptest.Server
+	seen chan struct{}
+}
+
+type delivery struct {
+	sig  string
+	body []byte
+}
+
+func newReceiver(t *testing.T) *receiver {
+	r := &receiver{seen: make(chan struct{}, 16)}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		b, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		r.got = append(r.got, delivery{req.Header.Get(webhook.SignatureHeader), b})
+		r.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+		r.seen <- struct{}{}
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+// start opens the deployment in dir, builds its webhook dispatcher like
+// `edgepipe serve`, has one job end with a webhook to rcv and returns that
+// webhook and everything the process logged.
+func start(t *testing.T, dir string, env map[string]string, rcv *receiver, n int) (delivery, string) {
+	t.Helper()
+	ctx := context.Background()
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	a, err := Open(ctx, testConfig(t, dir, env), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	parts, err := a.Build(ctx, false, true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := "v1-hook-" + string(rune('a'+n))
+	if _, _, err := a.Store.CreateJob(ctx, pipeline.NewJob{ID: id, Tenant: "acme", Operation: pipeline.OperationRenderVideo,
+		IdempotencyKey: id, RequestFingerprint: id, Input: []byte(`{}`), Version: "v1", Queue: "render-v1",
+		WebhookURL: rcv.srv.URL + "/hook"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Store.RequestCancel(ctx, "acme", id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parts.Dispatcher.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-rcv.seen:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no webhook delivered; logs:\n%s", logs.String())
+	}
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	return rcv.got[len(rcv.got)-1], logs.String()
+}
+
+// Without EDGEPIPE_WEBHOOK_SECRET the generated secret is kept in the data
+// directory (0600), so webhooks signed after a restart verify with the
+// secret the receiver already has; it never appears in the logs.
+func TestWebhookSecretSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	rcv := newReceiver(t)
+	env := map[string]string{"EDGEPIPE_ALLOW_PRIVATE_WEBHOOKS": "true"}
+
+	first, logs1 := start(t, dir, env, rcv, 0)
+	path := filepath.Join(dir, WebhookSecretFile)
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatalf("secret not persisted: %v", err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("secret file mode %v, want 0600", fi.Mode().Perm())
+	}
+	raw, _ := os.ReadFile(path)
+	secret := strings.TrimSpace(string(raw))
+	if len(secret) < 32 {
+		t.Fatalf("secret %d characters long", len(secret))
+	}
+	if err := webhook.Verify([]byte(secret), first.sig, first.body, time.Now(), 0); err != nil {
+		t.Fatalf("first start's webhook does not verify with the persisted secret: %v", err)
+	}
+
+	second, logs2 := start(t, dir, env, rcv, 1)
+	if err := webhook.Verify([]byte(secret), second.sig, second.body, time.Now(), 0); err != nil {
+		t.Fatalf("after a restart the webhook does not verify with the secret the receiver has: %v", err)
+	}
+	if again, _ := os.ReadFile(path); string(again) != string(raw) {
+		t.Fatal("the restart rewrote the secret file")
+	}
+	for i, logs := range []string{logs1, logs2} {
+		if strings.Contains(logs, secret) {
+			t.Fatalf("start %d logged the webhook secret:\n%s", i+1, logs)
+		}
+		// The capture did see the secret being handled, so its absence
+		// means something.
+		if !strings.Contains(logs, path) {
+			t.Fatalf("start %d does not say where the secret is kept:\n%s", i+1, logs)
+		}
+	}
+}
+
+// A configured secret is used as is and nothing is written.
+func TestWebhookSecretFromEnvironment(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	rcv := newReceiver(t)
+	const secret = "configured-secret-0123456789abcdef"
+	d, logs := start(t, dir, map[string]string{"EDGEPIPE_ALLOW_PRIVATE_WEBHOOKS": "true", "EDGEPIPE_WEBHOOK_SECRET": secret}, rcv, 0)
+	if err := webhook.Verify([]byte(secret), d.sig, d.body, time.Now(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, WebhookSecretFile)); !os.IsNotExist(err) {
+		t.Fatalf("a secret file was written although one is configured: %v", err)
+	}
+	if strings.Contains(logs, secret) {
+		t.Fatal("the configured secret was logged")
+	}
+}
+
+// A secret file others can read is restricted to its owner; a truncated one
+// is an error, not a silently new secret.
+func TestWebhookSecretFileChecks(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, WebhookSecretFile)
+	if err := os.WriteFile(path, []byte("edp_abcdefghijklmnopqrstuvwxyz\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := &App{Cfg: testConfig(t, dir, nil), Log: slog.New(slog.DiscardHandler)}
+	s, err := a.webhookSecret()
+	if err != nil || s != "edp_abcdefghijklmnopqrstuvwxyz" {
+		t.Fatalf("%q %v", s, err)
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v", fi.Mode().Perm())
+	}
+	if err := os.WriteFile(path, []byte("short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.webhookSecret(); err == nil || !strings.Contains(err.Error(), "shorter") {
+		t.Fatalf("truncated secret: %v", err)
+	}
+}
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
