@@ -33,8 +33,8 @@ type JobResource struct {
 	// WaitingFor is "storage" while the job backs off because edgepipe's
 	// own infrastructure (object store, database, local disk) failed; such
 	// retries do not use up its attempts. WaitingSince is when that began.
-	WaitingFor   string     `json:"waiting_for,omitempty"`
-	WaitingSince *time.Time `json:"waiting_since,omitempty"`
+	WaitingFor   *string    `json:"waiting_for"`
+	WaitingSince *time.Time `json:"waiting_since"`
 	Error        *JobError  `json:"error"`
 	Result       *Result    `json:"result"`
 	Links        Links      `json:"links"`
@@ -97,7 +97,8 @@ func (s *Server) resource(c echo.Context, j pipeline.Job, brief bool) JobResourc
 		Links:          Links{Self: self, Events: self + "/events"},
 	}
 	if j.WaitingForInfra() {
-		r.WaitingFor, r.WaitingSince = "storage", timePtr(j.InfraSince)
+		storage := "storage"
+		r.WaitingFor, r.WaitingSince = &storage, timePtr(j.InfraSince)
 	}
 	if j.LastErrorCode != "" || j.LastErrorMessage != "" {
 		r.Error = &JobError{Class: j.LastErrorClass, Code: j.LastErrorCode, Message: j.LastErrorMessage}

@@ -72,7 +72,7 @@ func TestJobShowsWaitingForStorage(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := decode[JobResource](t, e.get(t, tokAcme, "/v1/jobs/"+j.ID))
-	if g.WaitingFor != "storage" || g.WaitingSince == nil || !g.WaitingSince.Equal(e.clock.Now()) {
+	if g.WaitingFor == nil || *g.WaitingFor != "storage" || g.WaitingSince == nil || !g.WaitingSince.Equal(e.clock.Now()) {
 		t.Fatalf("job %+v; want waiting_for storage since now", g)
 	}
 	e.clock.Advance(2 * time.Minute)
@@ -81,7 +81,7 @@ func TestJobShowsWaitingForStorage(t *testing.T) {
 		ErrorClass: pipeline.ClassTransient, ErrorCode: "provider_rate_limited", ErrorMessage: "slow down"}); err != nil {
 		t.Fatal(err)
 	}
-	if g := decode[JobResource](t, e.get(t, tokAcme, "/v1/jobs/"+j.ID)); g.WaitingFor != "" || g.WaitingSince != nil {
+	if g := decode[JobResource](t, e.get(t, tokAcme, "/v1/jobs/"+j.ID)); g.WaitingFor != nil || g.WaitingSince != nil {
 		t.Fatalf("job after a provider retry %+v; want no waiting_for", g)
 	}
 }

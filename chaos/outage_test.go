@@ -128,7 +128,7 @@ func TestStorageOutage(t *testing.T) {
 			if j.Status == "dead_lettered" || j.Status == "failed" {
 				t.Fatalf("job %s ended %s during the outage%s", j.ID, j.Status, problems([]job{j}))
 			}
-			if j.WaitingFor == "storage" {
+			if j.WaitingFor != nil && *j.WaitingFor == "storage" {
 				w++
 			}
 		}

@@ -453,9 +453,9 @@ func TestAgainstRealAPI(t *testing.T) {
 	if got := c.out.String(); got != "job "+id+" canceled\n" {
 		t.Errorf("cancel printed %q", got)
 	}
+	// Repeating a cancel of a canceled job is harmless: it answers the job.
 	c = newCLI()
-	err = c.cancel(ctx, []string{id})
-	if !errors.As(err, &ae) || ae.Status != 409 || ae.Problem.Code != "job_terminal" {
+	if err := c.cancel(ctx, []string{id}); err != nil {
 		t.Fatalf("second cancel: %v", err)
 	}
 
