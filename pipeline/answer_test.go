@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -140,5 +143,227 @@ func TestInfraFailuresHaveTheirOwnBudget(t *testing.T) {
 	}
 	if l := h.fake.Ledger().Billed; l.Speech != 1 || l.Image != 1 {
 		t.Fatalf("billed %+v, want one image and one speech", l)
+	}
+}
+
+// A worker that died after a sync call's answer was spooled but before the
+// call was recorded as answered left an intent row and a whole spool file:
+// the next attempt stores that file instead of stopping for review or
+// paying again.
+func TestEngineRecoversSpoolOfUnrecordedAnswer(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) { ec.UnitConcurrency = 1 }))
+	h.submit("v1-recover", board(img("a pier", "waves under the pier", 700)))
+	// Answers: #1 the image, #2 the speech; freeze right after the speech's.
+	h.crashAt("render-v1", "after_provider_response", 2)
+	calls, err := h.store.ProviderCalls(context.Background(), "v1-recover", 0, pipeline.OpSpeech)
+	if err != nil || len(calls) != 1 || calls[0].Status != pipeline.CallIntent {
+		t.Fatalf("speech calls after the crash %+v, %v; want one open intent", calls, err)
+	}
+	h.clock.Advance(2 * time.Minute)
+	h.drain(5)
+	if j := h.job("v1-recover"); j.Status != pipeline.StatusSucceeded {
+		t.Fatalf("job ended %s (%s), want succeeded from the spooled answer", j.Status, j.LastErrorCode)
+	}
+	if n := h.fake.Ledger().Billed.Speech; n != 1 {
+		t.Fatalf("speech billed %d times, want 1", n)
+	}
+}
+
+// A paid result is spooled until stored, then removed: a finished job
+// leaves nothing in its spool directory.
+func TestEngineSpoolEmptiedOnceStored(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.submit("v1-spool", board(img("a field", "wind over the field", 700), img("a hill", "", 700)))
+	if _, o, err := h.attempt("render-v1", true); err != nil || o.Status != pipeline.StatusSucceeded {
+		t.Fatalf("attempt: %+v, %v", o, err)
+	}
+	if left := spoolFiles(t, h, "v1-spool"); len(left) != 0 {
+		t.Fatalf("spool files left after the results were stored: %v", left)
+	}
+}
+
+// blockSpool makes the job's spool directory unwritable (a file where the
+// directory should be), the way a full disk refuses writes.
+func blockSpool(t *testing.T, h *harness, id string) string {
+	t.Helper()
+	dir := filepath.Join(h.cfg.SpoolDir, id)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Error(err)
+	}
+	if err := os.MkdirAll(h.cfg.SpoolDir, 0o700); err != nil {
+		t.Error(err)
+	}
+	if err := os.WriteFile(dir, []byte("in the way"), 0o600); err != nil {
+		t.Error(err)
+	}
+	return dir
+}
+
+// refuseStaging is an object store that refuses to stage speech answers
+// (an outage that started between the provider's answer and its staging).
+type refuseStaging struct{ pipeline.ObjectStore }
+
+func (r refuseStaging) Put(ctx context.Context, key string, rd io.Reader, o pipeline.PutOptions) (pipeline.ObjectInfo, error) {
+	if strings.HasPrefix(key, pipeline.PrefixStaging) && strings.Contains(key, "-speech-") {
+		return pipeline.ObjectInfo{}, errors.New("connection refused")
+	}
+	return r.ObjectStore.Put(ctx, key, rd, o)
+}
+
+// A paid answer is kept before anything else: staged in the object store
+// and spooled on the worker's disk. A full local disk therefore loses
+// nothing while the object store takes the answer. If the store refuses it
+// too, the answer is held in memory while the spool write is retried: once
+// the disk takes it the job succeeds; if it never does, the call is
+// recorded as paid-but-lost (local_disk_error) and the job waits for a
+// human. The speech is bought once in every case.
+func TestEnginePaidAnswerSurvivesFullDisk(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name         string
+		freeing      bool
+		storeRefuses bool
+		want         pipeline.Status
+	}{
+		{"disk stays full, store takes it", false, false, pipeline.StatusSucceeded},
+		{"disk frees up, store refuses", true, true, pipeline.StatusRetryWait},
+		{"disk stays full, store refuses", false, true, pipeline.StatusNeedsReview},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var h *harness
+			id := "v1-fulldisk"
+			h = newHarness(t,
+				withConfig(func(ec *pipeline.EngineConfig) {
+					ec.UnitConcurrency = 1
+					if !tc.freeing {
+						ec.SpoolPatience = 300 * time.Millisecond
+					}
+					if tc.storeRefuses {
+						ec.Objects = refuseStaging{ec.Objects}
+					}
+				}),
+				withProviders(func(pipeline.Providers) pipeline.Providers {
+					return &hookProviders{before: func(ctx context.Context, op, unit string) error {
+						if op == pipeline.OpSpeech {
+							dir := blockSpool(t, h, id)
+							if tc.freeing {
+								time.AfterFunc(400*time.Millisecond, func() { os.Remove(dir) })
+							}
+						}
+						return nil
+					}}
+				}))
+			h.submit(id, board(img("a quarry", "dust over the quarry", 700)))
+			_, o := runOnce(t, h)
+			switch {
+			case o.Status != tc.want:
+				t.Fatalf("outcome %+v, want %s", o, tc.want)
+			case tc.want == pipeline.StatusNeedsReview && (o.ErrorCode != "local_disk_error" || !strings.Contains(o.ErrorMessage, "could not keep it on disk")):
+				t.Fatalf("outcome %+v, want needs_review local_disk_error", o)
+			case tc.want == pipeline.StatusRetryWait && (o.ErrorCode != "object_store_error" || !o.Infra):
+				// Spooled once the disk took it; the attempt waits for the
+				// store on the infrastructure budget.
+				t.Fatalf("outcome %+v, want an infrastructure retry (object_store_error)", o)
+			}
+			if n := h.fake.Ledger().Billed.Speech; n != 1 {
+				t.Fatalf("speech billed %d times, want 1", n)
+			}
+		})
+	}
+}
+
+// A transient object-store failure after the provider was paid is retried
+// inside the attempt, with growing pauses (200 ms, then 800 ms), and the
+// artifact really is stored: the job succeeds in one attempt, paid once.
+func TestEngineStoreRetriesWithinAttempt(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) { ec.UnitConcurrency = 1 }))
+	h.submit("v1-storeretry", board(img("a windmill", "", 700)))
+	var mu sync.Mutex
+	var claims []time.Time
+	h.fp.set("after_claim_object", func(context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		claims = append(claims, time.Now())
+		if len(claims) <= 2 {
+			return errTransientFP
+		}
+		return nil
+	})
+	_, o, err := h.attempt("render-v1", true)
+	if err != nil || o.Status != pipeline.StatusSucceeded {
+		t.Fatalf("attempt: %+v, %v; want success after in-attempt retries", o, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The image object's three tries, then the render's claim.
+	if len(claims) < 3 {
+		t.Fatalf("%d claims, want the failed two and a successful one", len(claims))
+	}
+	if gap := claims[1].Sub(claims[0]); gap < 200*time.Millisecond {
+		t.Errorf("second try %s after the first, want at least 200ms", gap)
+	}
+	if gap := claims[2].Sub(claims[1]); gap < 800*time.Millisecond {
+		t.Errorf("third try %s after the second, want at least 800ms", gap)
+	}
+	if b := h.fake.Ledger().Billed; b.Image != 1 {
+		t.Errorf("image billed %d times, want 1", b.Image)
+	}
+	units, err := h.store.Units(context.Background(), "v1-storeretry")
+	if err != nil || len(units) != 1 {
+		t.Fatalf("units %+v, %v", units, err)
+	}
+	key := units[0].Artifacts[pipeline.ArtifactImage]
+	if _, err := h.store.GetAsset(context.Background(), key); err != nil {
+		t.Fatalf("the unit names %q but its asset row is missing: %v", key, err)
+	}
+}
+
+// An object store that keeps failing transiently is not retried forever:
+// after three tries the attempt ends transient and the job waits for its
+// next attempt.
+func TestEngineStoreRetryGivesUp(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) { ec.UnitConcurrency = 1 }))
+	h.submit("v1-storefail", board(img("a windmill at dusk", "", 700)))
+	var tries atomic.Int32
+	h.fp.set("after_claim_object", func(context.Context) error {
+		tries.Add(1)
+		return errTransientFP
+	})
+	_, o, err := h.attempt("render-v1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Status != pipeline.StatusRetryWait || o.ErrorCode != "test_transient" {
+		t.Fatalf("outcome %+v, want retry_wait test_transient", o)
+	}
+	if n := tries.Load(); n != 3 {
+		t.Fatalf("%d tries, want 3", n)
+	}
+}
+
+// A permanent failure while storing is not retried inside the attempt.
+func TestEngineStoreNoRetryOnPermanent(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) { ec.UnitConcurrency = 1 }))
+	h.submit("v1-storeperm", board(img("a windmill at noon", "", 700)))
+	var tries atomic.Int32
+	h.fp.set("after_claim_object", func(context.Context) error {
+		tries.Add(1)
+		return &pipeline.ClassifiedError{Class: pipeline.ClassPermanent, Code: "test_permanent", Message: "injected"}
+	})
+	_, o, err := h.attempt("render-v1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Status != pipeline.StatusFailed || o.ErrorCode != "test_permanent" {
+		t.Fatalf("outcome %+v, want failed test_permanent", o)
+	}
+	if n := tries.Load(); n != 1 {
+		t.Fatalf("%d tries, want 1", n)
 	}
 }

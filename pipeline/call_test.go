@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"edgepipe/pipeline"
 )
@@ -287,5 +288,27 @@ func TestExpiredVideoOutputGoesToReview(t *testing.T) {
 	}
 	if prov.submits != 2 {
 		t.Fatalf("%d submissions, want 2", prov.submits)
+	}
+}
+
+// When an earlier attempt may have paid for a sync call whose result was
+// lost, the job stops for a human and the message names the scene the way
+// the owner numbers it (from 1).
+func TestEngineMaybeBilledMessageNamesScene(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) { ec.UnitConcurrency = 1 }))
+	h.submit("v1-maybe", board(img("a quiet street", "footsteps on the street", 700)))
+	// Intent #1 is the image's, #2 the speech's: die right after it.
+	h.crashAt("render-v1", "after_provider_intent", 2)
+	h.clock.Advance(2 * time.Minute)
+	_, o, err := h.attempt("render-v1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Status != pipeline.StatusNeedsReview || o.ErrorCode != "provider_outcome_unknown" {
+		t.Fatalf("outcome %+v, want needs_review provider_outcome_unknown", o)
+	}
+	if !strings.Contains(o.ErrorMessage, "scene 1's speech") {
+		t.Fatalf("message %q does not name scene 1's speech", o.ErrorMessage)
 	}
 }

@@ -1,10 +1,11 @@
 package pipeline_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -398,9 +399,6 @@ func reaches(t, target reflect.Type, seen map[reflect.Type]bool) string {
 	return ""
 }
 
-var _ = fmt.Sprint
-var _ = io.EOF
-
 // siblingFailsDuringPaidCall runs one attempt of a two-scene job in which
 // scene 1's image is rate limited while scene 0's paid call (op) is in
 // flight, and checks that the paid call was not torn down.
@@ -682,5 +680,250 @@ func TestRetryDoesNotWaiveStagedAnswer(t *testing.T) {
 	}
 	if n := h.fake.Ledger().Billed.Speech; n != 1 {
 		t.Fatalf("speech billed %d times, want 1 (the staged answer)", n)
+	}
+}
+
+// A job of a version this build has no workflow for is never run as
+// another version: the attempt parks it as a permanent, operator-facing
+// dead letter before touching anything.
+func TestEngineUnboundVersionIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	if _, _, err := h.store.CreateJob(context.Background(), pipeline.NewJob{ID: "v9-nowhere", Tenant: "acme", Operation: pipeline.OperationRenderVideo,
+		IdempotencyKey: "k-v9", RequestFingerprint: "f", Input: []byte(`{}`), Version: "v9", Queue: "render-v9"}); err != nil {
+		t.Fatal(err)
+	}
+	_, o, err := h.attempt("render-v9", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Status != pipeline.StatusDeadLettered || o.Reason != pipeline.ReasonUnboundVersion || o.ErrorClass != pipeline.ClassPermanent ||
+		o.ErrorCode != pipeline.ReasonUnboundVersion || !o.RequiresAction {
+		t.Fatalf("outcome %+v", o)
+	}
+	if ev := unitEvents(t, h, "v9-nowhere", pipeline.EventStageStarted); len(ev) != 0 {
+		t.Fatalf("an unbound job started stages: %v", ev)
+	}
+}
+
+// Scratch space is made under the configured TempDir: when it cannot be
+// made there the attempt fails as a transient local-disk error instead of
+// silently using another disk.
+func TestEngineTempDirHonoured(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "no", "such", "dir")
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) { ec.TempDir = missing }))
+	h.submit("v1-tmp", board(img("a lighthouse", "", 600)))
+	_, o, err := h.attempt("render-v1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Status != pipeline.StatusRetryWait || o.ErrorCode != "local_disk_error" {
+		t.Fatalf("outcome %+v, want retry_wait local_disk_error", o)
+	}
+}
+
+// Every stage an attempt enters is recorded with the workflow that ran it,
+// in order: `edgepipe check` holds the workflow against the id prefix.
+func TestEngineStageStartedNamesWorkflow(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	for _, id := range []string{"v1-stages", "v2-stages"} {
+		h.submit(id, board(img("a lighthouse", "", 600)))
+	}
+	h.drain(5)
+	for _, id := range []string{"v1-stages", "v2-stages"} {
+		var got []string
+		for _, d := range unitEvents(t, h, id, pipeline.EventStageStarted) {
+			got = append(got, fmt.Sprint(d["stage"], "@", d["workflow"]))
+		}
+		v := id[:2]
+		want := []string{pipeline.StagePrepare + "@" + v, pipeline.StageExecute + "@" + v, pipeline.StageApply + "@" + v, pipeline.StageFinalize + "@" + v}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s stage_started %v, want %v", id, got, want)
+		}
+	}
+}
+
+// A transient failure is rescheduled by the configured policy, on the
+// configured clock: attempt 1 with Base 1 s and a jitter draw of 0.5 waits
+// exactly 500 ms from the manual clock's now.
+func TestEngineUsesConfiguredRetryPolicyAndClock(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) {
+		ec.Retry = pipeline.RetryPolicy{Base: time.Second, Cap: 10 * time.Second, MaxAttempts: 2, Rand: func() float64 { return 0.5 }}
+	}))
+	h.submit("v1-retry", board(img("a lighthouse", "", 600)))
+	h.fp.set("after_claim", func(context.Context) error { return errTransientFP })
+	_, o, err := h.attempt("render-v1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Status != pipeline.StatusRetryWait || o.ErrorCode != "test_transient" {
+		t.Fatalf("outcome %+v, want retry_wait test_transient", o)
+	}
+	if want := t0.Add(500 * time.Millisecond); !o.NextRunAt.Equal(want) {
+		t.Fatalf("NextRunAt = %s, want %s (policy Base 1s, jitter 0.5, manual clock)", o.NextRunAt, want)
+	}
+	// MaxAttempts 2: the second transient failure dead-letters the job.
+	h.clock.Advance(time.Second)
+	_, o, err = h.attempt("render-v1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Status != pipeline.StatusDeadLettered || o.Reason != pipeline.ReasonRetriesExhausted {
+		t.Fatalf("second outcome %+v, want dead_lettered retries_exhausted", o)
+	}
+}
+
+// A zero RetryPolicy means the default one (5 attempts), not "never retry".
+func TestEngineZeroRetryPolicyIsDefault(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) { ec.Retry = pipeline.RetryPolicy{} }))
+	h.submit("v1-zero", board(img("a lighthouse", "", 600)))
+	h.fp.set("after_claim", func(context.Context) error { return errTransientFP })
+	for attempt := 1; attempt <= 4; attempt++ {
+		c, o := runOnce(t, h)
+		if o.Status != pipeline.StatusRetryWait {
+			t.Fatalf("attempt %d: %+v, want retry_wait (default policy retries 5 times)", attempt, o)
+		}
+		d := o.NextRunAt.Sub(h.clock.Now())
+		if ceiling := pipeline.DefaultRetryPolicy().Ceiling(attempt); d < 0 || d > ceiling {
+			t.Fatalf("attempt %d: backoff %s outside the default policy's [0, %s]", attempt, d, ceiling)
+		}
+		if err := h.store.Finish(context.Background(), c.Lease, o); err != nil {
+			t.Fatalf("finish: %v", err)
+		}
+		h.clock.Set(o.NextRunAt.Add(time.Millisecond))
+	}
+	if _, o := runOnce(t, h); o.Status != pipeline.StatusDeadLettered {
+		t.Fatalf("attempt 5: %+v, want dead_lettered", o)
+	}
+}
+
+// retryMetrics records RetryScheduled calls.
+type retryMetrics struct {
+	mu    sync.Mutex
+	codes []string
+}
+
+func (m *retryMetrics) ProviderCall(string, string)         {}
+func (m *retryMetrics) BytesUploaded(string, int64)         {}
+func (m *retryMetrics) StageDuration(string, time.Duration) {}
+func (m *retryMetrics) UnitReused(string)                   {}
+func (m *retryMetrics) RetryScheduled(code string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.codes = append(m.codes, code)
+}
+
+// A retry is counted when an attempt is rescheduled, and only then.
+func TestEngineRetryMetric(t *testing.T) {
+	t.Parallel()
+	m := &retryMetrics{}
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) { ec.Metrics = m }))
+	h.submit("v1-retrymetric", board(img("a lighthouse", "", 600)))
+	h.submit("v2-failmetric", board(img("a lighthouse", "", 600)))
+	h.fp.set("after_claim", func(context.Context) error { return errTransientFP })
+	if _, o, err := h.attempt("render-v1", true); err != nil || o.Status != pipeline.StatusRetryWait {
+		t.Fatalf("transient attempt: %+v, %v", o, err)
+	}
+	h.fp.set("after_claim", func(context.Context) error {
+		return &pipeline.ClassifiedError{Class: pipeline.ClassPermanent, Code: "test_permanent", Message: "injected"}
+	})
+	if _, o, err := h.attempt("render-v2", true); err != nil || o.Status != pipeline.StatusFailed {
+		t.Fatalf("permanent attempt: %+v, %v", o, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.codes) != 1 || m.codes[0] != "test_transient" {
+		t.Fatalf("RetryScheduled calls %v, want exactly [test_transient]", m.codes)
+	}
+}
+
+// syncBuffer is an io.Writer safe for the engine's concurrent logging.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// The configured logger receives the engine's records; none configured
+// means a discarding one, never a nil-pointer panic.
+func TestEngineLogger(t *testing.T) {
+	t.Parallel()
+	t.Run("configured", func(t *testing.T) {
+		t.Parallel()
+		var buf syncBuffer
+		h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) {
+			ec.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		}))
+		h.submit("v1-logged", board(img("a lighthouse", "", 600)))
+		h.fp.set("after_claim", func(context.Context) error { return errTransientFP })
+		if _, _, err := h.attempt("render-v1", true); err != nil {
+			t.Fatal(err)
+		}
+		if out := buf.String(); !strings.Contains(out, "attempt failed") || !strings.Contains(out, "v1-logged") {
+			t.Fatalf("log output %q lacks the failed attempt of v1-logged", out)
+		}
+	})
+	t.Run("nil", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) { ec.Logger = nil }))
+		h.submit("v1-quiet", board(img("a lighthouse", "", 600)))
+		h.fp.set("after_claim", once(errTransientFP))
+		if _, o, err := h.attempt("render-v1", true); err != nil || o.Status != pipeline.StatusRetryWait {
+			t.Fatalf("failing attempt: %+v, %v", o, err)
+		}
+		h.drain(5)
+		if st := h.job("v1-quiet").Status; st != pipeline.StatusSucceeded {
+			t.Fatalf("job ended %s, want succeeded", st)
+		}
+	})
+}
+
+// Forget removes a final job's spooled results, and only that job's; a job
+// that may resume (dead_lettered, needs_review) keeps them: a redrive must
+// use a paid answer rather than pay again (issue 11, finding 1).
+func TestEngineForgetRemovesSpool(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	mine := filepath.Join(h.cfg.SpoolDir, "v1-forget")
+	other := filepath.Join(h.cfg.SpoolDir, "v1-keep")
+	for _, dir := range []string{mine, other} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "call-1"), []byte("paid"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, st := range []pipeline.Status{pipeline.StatusDeadLettered, pipeline.StatusNeedsReview, pipeline.StatusRetryWait} {
+		if err := h.engine.Forget(context.Background(), "v1-forget", st); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(mine, "call-1")); err != nil {
+			t.Fatalf("spool after Forget(%s): %v, want it kept", st, err)
+		}
+	}
+	if err := h.engine.Forget(context.Background(), "v1-forget", pipeline.StatusFailed); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(mine); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("spool of the forgotten job: %v, want it gone", err)
+	}
+	if _, err := os.Stat(filepath.Join(other, "call-1")); err != nil {
+		t.Fatalf("another job's spool: %v, want it kept", err)
 	}
 }

@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -430,4 +431,66 @@ func (h *harness) crashAt(queue, point string, nth int) {
 		h.t.Fatalf("timed out waiting for failpoint %s", point)
 	}
 	h.fp.set(point, nil)
+}
+
+var errTransientFP = &pipeline.ClassifiedError{Class: pipeline.ClassTransient, Code: "test_transient", Message: "injected"}
+
+// runOnce claims the job on render-v1 with a long lease (so a test may move
+// the clock by minutes) and runs one attempt without recording its outcome.
+func runOnce(t *testing.T, h *harness) (pipeline.Claimed, pipeline.Outcome) {
+	t.Helper()
+	ctx := context.Background()
+	cs, _, err := h.store.Fetch(ctx, "render-v1", "test-worker", 1, time.Hour)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("fetch: %d claimed, %v", len(cs), err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, attemptDeadline)
+	defer cancel()
+	o, err := h.engine.Run(rctx, cs[0])
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	return cs[0], o
+}
+
+func withConfig(f func(*pipeline.EngineConfig)) harnessOpt {
+	return func(ec *pipeline.EngineConfig, _ *fake.Config) { f(ec) }
+}
+
+// unitEvents returns the detail of every event of kind for job id.
+func unitEvents(t *testing.T, h *harness, id, kind string) []map[string]any {
+	t.Helper()
+	evs, err := h.store.Events(context.Background(), id, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]any
+	for _, e := range evs {
+		if e.Kind != kind {
+			continue
+		}
+		var d map[string]any
+		if err := json.Unmarshal(e.Detail, &d); err != nil {
+			t.Fatalf("%s detail %s: %v", kind, e.Detail, err)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// spoolFiles lists the files left in a job's spool directory.
+func spoolFiles(t *testing.T, h *harness, id string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(h.cfg.SpoolDir, id))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
 }

@@ -322,3 +322,53 @@ func TestConcurrentConsumersTwoHandles(t *testing.T) {
 		t.Fatalf("%d success events", c)
 	}
 }
+
+// Fetch refuses a batch size or lease that is not positive, and an empty owner.
+func TestFetchArguments(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, "", pipeline.NewManualClock(t0))
+	mustCreate(t, s, newJob("v1-args"))
+	for _, tt := range []struct {
+		owner string
+		max   int
+		lease time.Duration
+	}{
+		{"w", 0, time.Minute}, {"w", -1, time.Minute}, {"w", 1, 0}, {"w", 1, -time.Second}, {"", 1, time.Minute},
+	} {
+		cs, _, err := s.Fetch(ctx, "render-v1", tt.owner, tt.max, tt.lease)
+		if !errors.Is(err, pipeline.ErrInvalidInput) || len(cs) != 0 {
+			t.Errorf("Fetch(owner=%q, max=%d, lease=%s) = %d claimed, %v; want ErrInvalidInput", tt.owner, tt.max, tt.lease, len(cs), err)
+		}
+	}
+	// The smallest valid arguments claim the job.
+	cs, _, err := s.Fetch(ctx, "render-v1", "w", 1, time.Millisecond)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("Fetch(max=1, lease=1ms) = %d claimed, %v", len(cs), err)
+	}
+}
+
+// A message enqueued with a delay becomes visible only once the delay has
+// passed.
+func TestEnqueueDelay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := pipeline.NewManualClock(t0)
+	s := openTest(t, "", clock)
+	deadLettered(t, s, 1) // a job with no message of its own
+	if err := s.Enqueue(ctx, "render-v2", "v2-dl000", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		advance        time.Duration
+		total, visible int
+	}{
+		{0, 1, 0}, {59 * time.Second, 1, 0}, {time.Second, 1, 1},
+	} {
+		clock.Advance(step.advance)
+		total, visible, err := s.QueueDepth(ctx, "render-v2")
+		if err != nil || total != step.total || visible != step.visible {
+			t.Fatalf("at %s: depth %d/%d visible, %v; want %d/%d", clock.Now().Sub(t0), visible, total, err, step.visible, step.total)
+		}
+	}
+}

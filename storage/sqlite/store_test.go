@@ -77,6 +77,22 @@ func countRows(t *testing.T, s *Store, q string, args ...any) int {
 	return n
 }
 
+func claimsOn(t *testing.T, s *Store, key string) int {
+	t.Helper()
+	return countRows(t, s, `SELECT count(*) FROM object_claims WHERE object_key = ?`, key)
+}
+
+// deadLettered creates n jobs stored directly as dead letters, ids v2-dl000….
+func deadLettered(t *testing.T, s *Store, n int) {
+	t.Helper()
+	for i := range n {
+		nj := newJob(fmt.Sprintf("v2-dl%03d", i))
+		nj.Version, nj.Queue = "v2", ""
+		nj.DeadLetterReason, nj.DeadLetterQueue, nj.DeadLetterDetail = pipeline.ReasonUnboundVersion, "render-v2", "v2 is not bound"
+		mustCreate(t, s, nj)
+	}
+}
+
 func TestMigrationsRecordedAndIdempotent(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "m.db")

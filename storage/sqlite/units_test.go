@@ -1,10 +1,5 @@
 package sqlite
 
-// The unit ledger and the provider-call audit trail, tested at the store.
-// Gremlins reported these lines NOT COVERED for this package (only the
-// pipeline's tests reached them); checking the mutants by hand showed most
-// would survive a change.
-
 import (
 	"context"
 	"errors"
@@ -168,79 +163,5 @@ func TestProviderCallAuditTrail(t *testing.T) {
 	// billed; the refused speech call was not.
 	if billed[pipeline.OpImage] != 2 || billed[pipeline.OpSpeech] != 0 {
 		t.Fatalf("billed %v, want image 2, speech 0", billed)
-	}
-}
-
-// An operator's retry waives the calls whose outcome was unknown and the
-// answered image/speech calls whose artifact the unit does not hold (they
-// would otherwise stop every later attempt); an answered call whose result
-// is stored, and a video submission (polled, never repaid), stay. Failing
-// the job leaves the audit trail as it was.
-func TestDecideWaivesUnknownCallsOnlyOnRetry(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
-	type call struct {
-		scene  int
-		op     string
-		status string
-	}
-	calls := []call{
-		{0, pipeline.OpSpeech, pipeline.CallAmbiguous}, // unknown outcome
-		{0, pipeline.OpImage, pipeline.CallSucceeded},  // stored on the unit
-		{1, pipeline.OpSpeech, pipeline.CallSucceeded}, // answered, never stored
-		{1, pipeline.OpVideoSubmit, pipeline.CallSucceeded},
-		{1, pipeline.OpImage, pipeline.CallFailed}, // a refusal: never billed
-	}
-	for _, tt := range []struct {
-		id   string
-		d    pipeline.ReviewDecision
-		want []string // statuses afterwards, in the order of calls
-	}{
-		{"v1-waive", pipeline.DecisionRetry, []string{pipeline.CallWaived, pipeline.CallSucceeded, pipeline.CallWaived, pipeline.CallSucceeded, pipeline.CallFailed}},
-		{"v1-nowaive", pipeline.DecisionFail, []string{pipeline.CallAmbiguous, pipeline.CallSucceeded, pipeline.CallSucceeded, pipeline.CallSucceeded, pipeline.CallFailed}},
-	} {
-		nj := newJob(tt.id)
-		nj.Queue = "review-" + tt.id // its own queue: the other job is fetched nowhere else
-		mustCreate(t, s, nj)
-		c := fetchOne(t, s, nj.Queue, "w")
-		if err := s.PlanUnits(ctx, c.Lease, []pipeline.Unit{{JobID: tt.id, Scene: 0, Kind: "image", UnitKey: "a"}, {JobID: tt.id, Scene: 1, Kind: "video", UnitKey: "b"}}); err != nil {
-			t.Fatal(err)
-		}
-		key := "units/v1/ab/" + tt.id + ".png"
-		if err := s.ClaimObject(ctx, c.Lease, key); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.CommitAsset(ctx, c.Lease, pipeline.Asset{Key: key, Kind: "image", SizeBytes: 1, SHA256: strings.Repeat("a", 64), ContentType: "image/png"}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.UpdateUnit(ctx, c.Lease, 0, pipeline.UnitUpdate{Artifacts: map[string]string{pipeline.ArtifactImage: key}}); err != nil {
-			t.Fatal(err)
-		}
-		for _, cl := range calls {
-			id, err := s.RecordIntent(ctx, c.Lease, pipeline.ProviderCall{Scene: cl.scene, Op: cl.op, Provider: "fake", Contract: pipeline.ContractSync})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.FinishCall(ctx, id, cl.status, 0, "", ""); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := s.Finish(ctx, c.Lease, pipeline.Outcome{Status: pipeline.StatusNeedsReview, RequiresAction: true,
-			ErrorClass: pipeline.ClassAmbiguous, ErrorCode: "provider_outcome_unknown"}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Decide(ctx, tt.id, tt.d, "op"); err != nil {
-			t.Fatal(err)
-		}
-		got, err := s.ProviderCalls(ctx, tt.id, -1, "")
-		if err != nil || len(got) != len(calls) {
-			t.Fatalf("%s: calls %+v, %v", tt.id, got, err)
-		}
-		for i, cl := range got {
-			if cl.Status != tt.want[i] {
-				t.Errorf("%s after %s: call %d (scene %d %s) is %s, want %s", tt.id, tt.d, i, cl.Scene, cl.Op, cl.Status, tt.want[i])
-			}
-		}
 	}
 }

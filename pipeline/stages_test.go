@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -78,5 +79,56 @@ func TestApplyRendersStoredArtifactsWithCaptions(t *testing.T) {
 				t.Errorf("render lacks the first bytes of scene %d's %s", u.Scene, name)
 			}
 		}
+	}
+}
+
+// brokenRenderer fails like a full disk would: a plain error, no class.
+type brokenRenderer struct{ stubRenderer }
+
+func (brokenRenderer) SceneFromImage(context.Context, string, string, int, string, string) error {
+	return errors.New("write clip: no space left on device")
+}
+
+// A render that fails without a class (a full disk) is retried: apply
+// cannot reach a provider, so nothing can be paid twice by repeating it.
+func TestEngineRenderFailureIsRetried(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withRenderers(func(context.Context, int, int, int) (pipeline.Renderer, error) { return brokenRenderer{}, nil }))
+	h.submit("v1-fullrender", board(img("a dune", "", 600)))
+	_, o := runOnce(t, h)
+	if o.Status != pipeline.StatusRetryWait || o.ErrorCode != "render_failed" || o.RequiresAction || o.ErrorMessage != "scene 1 could not be rendered" {
+		t.Fatalf("outcome %+v, want retry_wait render_failed", o)
+	}
+}
+
+// brokenJoinRenderer's join dies after the first bytes reached the upload,
+// as ffmpeg does when a clip is unreadable.
+type brokenJoinRenderer struct{ stubRenderer }
+
+func (brokenJoinRenderer) JoinTo(_ context.Context, _ []string, w io.Writer) error {
+	if _, err := w.Write([]byte("partial mp4 bytes")); err != nil {
+		return err
+	}
+	return errors.New("ffmpeg: invalid data found when processing input")
+}
+
+// A join that fails mid-upload is reported as the render failing (retried),
+// and the half-written object is abandoned, not kept.
+func TestEngineJoinFailureMidUpload(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withRenderers(func(context.Context, int, int, int) (pipeline.Renderer, error) { return brokenJoinRenderer{}, nil }))
+	h.submit("v1-badjoin", board(img("a reef", "", 600)))
+	_, o := runOnce(t, h)
+	if o.Status != pipeline.StatusRetryWait || o.ErrorCode != "render_failed" || o.ErrorMessage != "joining the scenes failed" {
+		t.Fatalf("outcome %+v, want retry_wait render_failed (joining the scenes failed)", o)
+	}
+	n := 0
+	if err := h.store.ListAssets(context.Background(), func(a pipeline.Asset) error {
+		if a.Kind == "render" {
+			n++
+		}
+		return nil
+	}); err != nil || n != 0 {
+		t.Fatalf("%d render assets, %v; want none", n, err)
 	}
 }
