@@ -209,10 +209,22 @@ func (s *Store) KeyReferenced(ctx context.Context, key string) (bool, error) {
 	err := s.read.QueryRowContext(ctx, `SELECT
 		(SELECT count(*) FROM assets WHERE object_key = ?1) +
 		(SELECT count(*) FROM object_claims c LEFT JOIN jobs j ON j.id = c.job_id
-		  WHERE c.object_key = ?1 AND (c.state = 'deleting' OR (j.status = 'running' AND j.attempt_id = c.attempt_id AND j.lease_expires_at > ?2)))`,
-		key, s.now()).Scan(&n)
+		  WHERE c.object_key = ?1 AND (c.state = 'deleting' OR (j.status = 'running' AND j.attempt_id = c.attempt_id AND j.lease_expires_at > ?2))) +
+		`+qStagedForResumableJob,
+		key, s.now(), pipeline.PrefixStaging).Scan(&n)
 	return n > 0, translate(err)
 }
+
+// qStagedForResumableJob counts a staged answer (?1 under ?3) whose asset
+// row was never written — its writer died between upload and row — as
+// referenced while the call's job can still resume: the object may be the
+// only copy of a paid answer, and the job's next attempt adopts it
+// (DESIGN §6: kept until the asset exists or the job is truly final). The
+// call id is the key's trailing digits (pipeline.StagingKey).
+const qStagedForResumableJob = `(SELECT count(*) FROM provider_calls pc JOIN jobs j ON j.id = pc.job_id
+	WHERE substr(?1, 1, length(?3)) = ?3
+	  AND pc.id = CAST(substr(?1, length(rtrim(?1, '0123456789')) + 1) AS INTEGER)
+	  AND j.status NOT IN ('succeeded','failed','canceled'))`
 
 // ClaimForSweep lets the sweeper delete key safely: in one transaction it
 // checks that nothing refers to the key (KeyReferenced) and, if so, records
@@ -226,8 +238,9 @@ func (s *Store) ClaimForSweep(ctx context.Context, sweeperID, key string) (bool,
 		if err := tx.QueryRowContext(ctx, `SELECT
 			(SELECT count(*) FROM assets WHERE object_key = ?1) +
 			(SELECT count(*) FROM object_claims c LEFT JOIN jobs j ON j.id = c.job_id
-			  WHERE c.object_key = ?1 AND (c.state = 'deleting' OR (j.status = 'running' AND j.attempt_id = c.attempt_id AND j.lease_expires_at > ?2)))`,
-			key, s.now()).Scan(&n); err != nil {
+			  WHERE c.object_key = ?1 AND (c.state = 'deleting' OR (j.status = 'running' AND j.attempt_id = c.attempt_id AND j.lease_expires_at > ?2))) +
+			`+qStagedForResumableJob,
+			key, s.now(), pipeline.PrefixStaging).Scan(&n); err != nil {
 			return err
 		}
 		if n > 0 {
