@@ -118,3 +118,155 @@ func TestReviewOrphanStagedAnswerSurvivesSweepOfResumableJob(t *testing.T) {
 		t.Errorf("speech billed %d times, want 1", n)
 	}
 }
+
+// panicScene panics while building a scene clip: on the attempt's own
+// goroutine (apply), where only Engine.Run's recover can catch it.
+type panicScene struct{ pipeline.Renderer }
+
+func (panicScene) SceneFromImage(context.Context, string, string, int, string, string) error {
+	panic("clip builder bug")
+}
+
+// A panic on the attempt goroutine (not in a unit, not in the join) is
+// recovered by Run into a retried failure with an attempt_panicked event.
+func TestReviewPanicOnAttemptGoroutineIsRecovered(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withRenderers(func(ctx context.Context, w, hh, fps int) (pipeline.Renderer, error) {
+		r, err := stubRenderers(ctx, w, hh, fps)
+		return panicScene{r}, err
+	}))
+	const id = "v1-panicapply"
+	h.submit(id, board(img("a kite", "", 600)))
+	_, o, err := h.attempt("render-v1", true)
+	if err != nil || o.Status != pipeline.StatusRetryWait || o.ErrorCode != "internal_panic" {
+		t.Fatalf("outcome %+v %v; want retry_wait internal_panic", o, err)
+	}
+	if len(unitEvents(t, h, id, pipeline.EventAttemptPanicked)) == 0 {
+		t.Fatal("no attempt_panicked event")
+	}
+}
+
+// panicBody returns a speech answer whose body panics when read: the
+// request was answered (and billed) but the panic strikes outside the
+// adapter call, while the intent row is still open.
+type panicBody struct{ pipeline.Providers }
+
+func (p *panicBody) setInner(in pipeline.Providers) { p.Providers = in }
+
+type panicReader struct{ io.ReadCloser }
+
+func (panicReader) Read([]byte) (int, error) { panic("decoder bug") }
+
+func (p *panicBody) Synthesize(ctx context.Context, m pipeline.CallMeta, r pipeline.SpeechRequest) (pipeline.Media, error) {
+	md, err := p.Providers.Synthesize(ctx, m, r)
+	if err == nil {
+		md.Body = panicReader{md.Body}
+	}
+	return md, err
+}
+
+// A panic while a paid call's intent is open sends the job to review at
+// once (the call may have been billed), with the call recorded ambiguous.
+func TestReviewPanicWithOpenIntentGoesToReview(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers { return &panicBody{} }))
+	const id = "v1-panicbody"
+	h.submit(id, board(img("a drum", "the drum rolls", 600)))
+	_, o, err := h.attempt("render-v1", true)
+	if err != nil || o.Status != pipeline.StatusNeedsReview || o.ErrorCode != "internal_panic" {
+		t.Fatalf("outcome %+v %v; want needs_review internal_panic", o, err)
+	}
+	calls, err := h.store.ProviderCalls(context.Background(), id, 0, pipeline.OpSpeech)
+	if err != nil || len(calls) != 1 || calls[0].Status != pipeline.CallAmbiguous {
+		t.Fatalf("speech calls %+v %v; want one ambiguous", calls, err)
+	}
+}
+
+// The infrastructure window is measured from the first failure of a run of
+// them, not restarted by each: a store that never comes back dead-letters
+// the job once the window has passed.
+func TestReviewInfraWindowCountsFromFirstFailure(t *testing.T) {
+	t.Parallel()
+	objs := &downStore{}
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) {
+		ec.Retry.InfraWindow = 10 * time.Minute
+		ec.Retry.InfraCap = time.Minute
+		objs.ObjectStore = ec.Objects
+		ec.Objects = objs
+	}))
+	objs.down.Store(true)
+	const id = "v1-window"
+	h.submit(id, board(img("a bell", "", 600)))
+	for i := range 8 {
+		_, o, err := h.attempt("render-v1", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Status == pipeline.StatusDeadLettered {
+			if o.Reason != pipeline.ReasonInfraUnavailable || i < 3 {
+				t.Fatalf("attempt %d: %+v; want infrastructure_unavailable after the window", i+1, o)
+			}
+			return
+		}
+		h.clock.Advance(3 * time.Minute)
+	}
+	t.Fatal("the job still waits for storage 24 minutes into a 10-minute window")
+}
+
+// edgepipe check's "paid answer kept" query: a clean run (image, speech,
+// video, every staged copy released) reports nothing; a job still in
+// flight whose answer is only in a worker's spool is not reported; the
+// same job parked for review is.
+func TestReviewUnkeptAnswersQuery(t *testing.T) {
+	t.Parallel()
+	if !haveFFmpeg() {
+		t.Skip("the fake provider renders videos with ffmpeg")
+	}
+	ctx := context.Background()
+	objs := &downStore{}
+	var outage atomic.Bool
+	h := newHarness(t,
+		withConfig(func(ec *pipeline.EngineConfig) { objs.ObjectStore = ec.Objects; ec.Objects = objs }),
+		withProviders(func(pipeline.Providers) pipeline.Providers {
+			return &hookProviders{before: func(_ context.Context, op, _ string) error {
+				if op == pipeline.OpSpeech && outage.Load() {
+					objs.down.Store(true)
+				}
+				return nil
+			}}
+		}))
+	h.submit("v1-clean", board(img("a gate", "the gate creaks", 600), vid("a river", "", 600)))
+	h.drain(10)
+	if j := h.job("v1-clean"); j.Status != pipeline.StatusSucceeded {
+		t.Fatalf("clean job %s (%s)", j.Status, j.LastErrorCode)
+	}
+	if err := h.engine.Forget(ctx, "v1-clean", pipeline.StatusSucceeded); err != nil {
+		t.Fatal(err)
+	}
+	if u, err := h.store.UnkeptAnswers(ctx); err != nil || len(u) != 0 {
+		t.Fatalf("unkept answers after a clean run: %+v %v; want none", u, err)
+	}
+
+	outage.Store(true)
+	h.submit("v1-spooled", board(img("a fence", "the fence leans", 600)))
+	if _, o, err := h.attempt("render-v1", true); err != nil || !o.Infra {
+		t.Fatalf("attempt during the outage: %+v %v", o, err)
+	}
+	objs.down.Store(false)
+	if u, err := h.store.UnkeptAnswers(ctx); err != nil || len(u) != 0 {
+		t.Fatalf("unkept answers of a job still in flight: %+v %v; want none", u, err)
+	}
+	// Park it for review (as an ambiguity elsewhere would).
+	h.clock.Advance(2 * time.Minute)
+	cs, _, err := h.store.Fetch(ctx, "render-v1", "w", 1, time.Minute)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("fetch %v %d", err, len(cs))
+	}
+	if err := h.store.Finish(ctx, cs[0].Lease, pipeline.Outcome{Status: pipeline.StatusNeedsReview, ErrorClass: pipeline.ClassAmbiguous,
+		ErrorCode: "test", ErrorMessage: "parked", RequiresAction: true}); err != nil {
+		t.Fatal(err)
+	}
+	if u, err := h.store.UnkeptAnswers(ctx); err != nil || len(u) != 1 || u[0].Op != pipeline.OpSpeech {
+		t.Fatalf("unkept answers of the parked job: %+v %v; want its spooled speech", u, err)
+	}
+}
