@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"syscall"
 	"time"
 )
 
@@ -425,7 +426,17 @@ func localErr(err error) error {
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
+	if diskFull(err) {
+		return infraErr("local_disk_error", "the worker's scratch disk is full", err)
+	}
 	return &ClassifiedError{Class: ClassTransient, Code: "render_failed", Message: "the render could not be built; it is retried", Cause: err}
+}
+
+// diskFull reports a full (or over-quota) local disk: edgepipe's own
+// infrastructure, not the job's fault, so it backs off on the
+// infrastructure budget (docs/design.md §6).
+func diskFull(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
 func (e *Engine) fail(ctx context.Context, name string) error {

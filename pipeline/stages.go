@@ -86,6 +86,9 @@ func apply(ctx context.Context, d ApplyDeps, a *attempt) ([]string, error) {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
+			if diskFull(err) {
+				return nil, infraErr("local_disk_error", "the worker's scratch disk is full", err)
+			}
 			return nil, &ClassifiedError{Class: ClassTransient, Code: "render_failed", Message: fmt.Sprintf("scene %d could not be rendered", i+1), Cause: err}
 		}
 		clips[i] = out
