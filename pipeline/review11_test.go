@@ -270,3 +270,46 @@ func TestReviewUnkeptAnswersQuery(t *testing.T) {
 		t.Fatalf("unkept answers of the parked job: %+v %v; want its spooled speech", u, err)
 	}
 }
+
+// A whole-store outage (puts, heads, gets and deletes all refused) that
+// starts as a speech answer arrives and outlasts MaxAttempts: the answer
+// waits in the spool, every attempt waits for storage without touching a
+// provider, and once the store is back the job succeeds with the speech
+// bought once.
+func TestReviewWholeStoreOutageKeepsSpooledAnswer(t *testing.T) {
+	t.Parallel()
+	objs := &downStore{}
+	var armed atomic.Bool
+	armed.Store(true)
+	h := newHarness(t,
+		withConfig(func(ec *pipeline.EngineConfig) {
+			ec.Retry.MaxAttempts = 2
+			objs.ObjectStore = ec.Objects
+			ec.Objects = objs
+		}),
+		withProviders(func(pipeline.Providers) pipeline.Providers {
+			return &hookProviders{before: func(_ context.Context, op, _ string) error {
+				if op == pipeline.OpSpeech && armed.CompareAndSwap(true, false) {
+					objs.down.Store(true)
+				}
+				return nil
+			}}
+		}))
+	const id = "v1-wholeoutage"
+	h.submit(id, board(img("a tower", "bells in the tower", 600)))
+	for i := range 5 {
+		_, o, err := h.attempt("render-v1", true)
+		if err != nil || o.Status != pipeline.StatusRetryWait || !o.Infra {
+			t.Fatalf("attempt %d during the outage: %+v %v; want waiting for storage", i+1, o, err)
+		}
+		h.clock.Advance(2 * time.Minute)
+	}
+	objs.down.Store(false)
+	h.drain(5)
+	if j := h.job(id); j.Status != pipeline.StatusSucceeded {
+		t.Fatalf("job %s (%s) after the outage; want succeeded", j.Status, j.LastErrorCode)
+	}
+	if l := h.fake.Ledger().Billed; l.Speech != 1 {
+		t.Fatalf("speech billed %d times, want 1", l.Speech)
+	}
+}
