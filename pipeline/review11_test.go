@@ -313,3 +313,50 @@ func TestReviewWholeStoreOutageKeepsSpooledAnswer(t *testing.T) {
 		t.Fatalf("speech billed %d times, want 1", l.Speech)
 	}
 }
+
+// failStagedCommitOnce fails the first CommitAsset of a staged answer with
+// the driver's plain error (a busy or full database).
+type failStagedCommitOnce struct {
+	pipeline.Store
+	failed atomic.Bool
+}
+
+func (s *failStagedCommitOnce) CommitAsset(ctx context.Context, lease pipeline.Lease, a pipeline.Asset) error {
+	if a.Kind == pipeline.KindStaged && s.failed.CompareAndSwap(false, true) {
+		return errors.New("database is locked")
+	}
+	return s.Store.CommitAsset(ctx, lease, a)
+}
+
+// A staged answer whose writer died before its asset row (and whose dead
+// claim the sweeper already dropped) is adopted by the next attempt. If
+// that adoption's asset row fails to commit, the object — which the
+// adopting attempt did not write and which is the only copy of a paid
+// answer — must stay for the next try, not be deleted as if it were the
+// attempt's own failed upload.
+func TestReviewFailedAdoptionKeepsStagedAnswer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fc := &failStagedCommitOnce{}
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) { fc.Store = ec.Store; ec.Store = fc }))
+	const id = "v1-adoptfail"
+	h.submit(id, board(img("a quay", "ropes on the quay", 600)))
+	fc.failed.Store(true) // the crashed attempt's own commits pass
+	h.crashAt("render-v1", "after_upload_before_asset", 3)
+	h.clock.Advance(2 * time.Hour)
+	if _, err := h.store.DropStaleClaims(ctx, h.clock.Now().Add(-time.Hour).UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	fc.failed.Store(false)
+	if _, o, err := h.attempt("render-v1", true); err != nil || o.Status != pipeline.StatusRetryWait || !o.Infra {
+		t.Fatalf("attempt whose adoption failed to commit: %+v %v; want an infrastructure retry", o, err)
+	}
+	h.clock.Advance(2 * time.Minute)
+	h.drain(5)
+	if j := h.job(id); j.Status != pipeline.StatusSucceeded {
+		t.Errorf("job %s (%s); want succeeded from the adopted answer", j.Status, j.LastErrorCode)
+	}
+	if n := h.fake.Ledger().Billed.Speech; n != 1 {
+		t.Errorf("speech billed %d times, want 1", n)
+	}
+}

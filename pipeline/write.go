@@ -267,8 +267,11 @@ func adoptObject(ctx context.Context, led ObjectLedger, objs ObjectStore, lease 
 	a := Asset{Key: key, JobID: lease.JobID, Kind: kind, SizeBytes: hr.n, SHA256: hex.EncodeToString(hr.h.Sum(nil)), ContentType: contentType, DurationMS: durationMS}
 	if err := led.CommitAsset(ctx, lease, a); err != nil {
 		// storeErr: a fence stays a fence; anything else (a full disk, a
-		// busy database) is the store's and transient.
-		return Asset{}, false, errors.Join(storeErr(err), abandon(ctx, led, objs, lease.AttemptID, key))
+		// busy database) is the store's and transient. The object is not
+		// this attempt's upload but a whole one found here — for a staged
+		// key the only copy of a paid answer —, so only the claim goes:
+		// the next attempt adopts it again.
+		return Asset{}, false, errors.Join(storeErr(err), forgetClaim(ctx, led, lease.AttemptID, key))
 	}
 	return a, true, nil
 }
