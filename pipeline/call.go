@@ -96,6 +96,14 @@ func (u *unitRun) mayCall(ctx context.Context, op string, contract Contract) err
 		return storeErr(err)
 	}
 	for _, c := range prior {
+		if c.Status == CallSucceeded && !u.a.job.InfraSince.IsZero() && contract != ContractIdempotentVerified {
+			// Answered while the object store was down (the job waits for
+			// storage): the answer sits in the spool of the worker that
+			// received it, which stages it once the store is back
+			// (FlushSpool). Wait for that on the infrastructure budget
+			// rather than ask a human to pay again.
+			return infraErr("answer_not_staged_yet", fmt.Sprintf("scene %d's paid %s is kept by another worker until the object store takes it; waiting for it", u.unit.Scene+1, op), nil)
+		}
 		if c.MayHaveBilled() && contract != ContractIdempotentVerified {
 			return &ClassifiedError{Class: ClassAmbiguous, Code: "provider_outcome_unknown",
 				Message: fmt.Sprintf("an earlier attempt may already have paid for scene %d's %s and its result was not stored; an operator must decide whether to pay again", u.unit.Scene+1, op)}

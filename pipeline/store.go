@@ -30,6 +30,8 @@ type Store interface {
 	ProviderCalls(ctx context.Context, jobID string, scene int, op string) ([]ProviderCall, error)
 	// SetCallStaged points a call row at the staged copy of its answer.
 	SetCallStaged(ctx context.Context, p *SetCallStagedParams) error
+	// CommitStaged records an answer staged outside an attempt (FlushSpool).
+	CommitStaged(ctx context.Context, p *CommitStagedParams) error
 	// StagedAnswers lists staged answers (of one job, or of final jobs).
 	StagedAnswers(ctx context.Context, p *StagedAnswersParams) ([]Asset, error)
 
@@ -184,6 +186,13 @@ const KindStaged = "staged"
 type SetCallStagedParams struct {
 	CallID int64
 	Key    string // an asset of kind KindStaged
+}
+
+// CommitStagedParams are Store.CommitStaged's: the asset (of kind
+// KindStaged, fully written under StagingKey) holding call CallID's answer.
+type CommitStagedParams struct {
+	CallID int64
+	Asset  Asset
 }
 
 // ReleaseStagedParams are ObjectLedger.ReleaseStaged's.

@@ -28,6 +28,10 @@ type WorkerConfig struct {
 	// that ended elsewhere (Engine.PruneSpool); the first prune runs at
 	// Start. Default 10 minutes.
 	PruneEvery time.Duration
+	// FlushEvery is how often the worker stages the paid answers its spool
+	// holds while the object store refused them (Engine.FlushSpool), so
+	// they stop being this machine's alone. Default 10 seconds.
+	FlushEvery time.Duration
 	Clock      Clock
 	Logger     *slog.Logger
 	Failpoint  Failpoint
@@ -45,6 +49,9 @@ func (c *WorkerConfig) setDefaults() {
 	}
 	if c.PruneEvery == 0 {
 		c.PruneEvery = 10 * time.Minute
+	}
+	if c.FlushEvery == 0 {
+		c.FlushEvery = 10 * time.Second
 	}
 	if c.Clock == nil {
 		c.Clock = SystemClock{}
@@ -93,11 +100,13 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 // Start begins consuming. ctx bounds the worker's whole life.
 func (w *Worker) Start(ctx context.Context) error {
 	return w.svc.StartWork(ctx, func(loop, work context.Context) {
-		pruned := make(chan struct{})
+		pruned, flushed := make(chan struct{}), make(chan struct{})
 		go func() { defer close(pruned); w.pruneLoop(loop, work) }()
+		go func() { defer close(flushed); w.flushLoop(loop, work) }()
 		w.loop(loop, work)
 		w.inflight.Wait()
 		<-pruned
+		<-flushed
 	})
 }
 
@@ -115,6 +124,23 @@ func (w *Worker) pruneLoop(loop, work context.Context) {
 		case <-loop.Done():
 			return
 		case <-time.After(w.cfg.PruneEvery):
+		}
+	}
+}
+
+// flushLoop stages spooled answers once the object store takes them again
+// (Engine.FlushSpool). A failure keeps the spool file for the next round.
+func (w *Worker) flushLoop(loop, work context.Context) {
+	for {
+		select {
+		case <-loop.Done():
+			return
+		case <-time.After(w.cfg.FlushEvery):
+		}
+		if n, err := w.cfg.Engine.FlushSpool(work); err != nil {
+			w.log.Warn("staging spooled answers failed; they stay in the spool for now", "err", err)
+		} else if n > 0 {
+			w.log.Info("staged spooled answers", "answers", n)
 		}
 	}
 }

@@ -123,3 +123,47 @@ func prefixed(p, cols string) string {
 	}
 	return string(out)
 }
+
+// CommitStaged records an answer that a worker staged outside an attempt
+// (Engine.FlushSpool: it was kept in that worker's spool while the object
+// store was down): in one transaction the staged asset row is written and
+// the call row pointed at it. Refused for a job that is over for good
+// (nothing may use the answer any more) and for an asset of other content.
+// Not fenced: no attempt owns the write; the staging key is the call's
+// alone, and the sweeper leaves staging keys of live jobs alone.
+func (s *Store) CommitStaged(ctx context.Context, p *pipeline.CommitStagedParams) error {
+	if p == nil || p.CallID <= 0 {
+		return fmt.Errorf("%w: commit staged needs a call id", pipeline.ErrInvalidInput)
+	}
+	a := p.Asset
+	if len(a.SHA256) != 64 || a.SizeBytes < 0 || a.Key == "" || a.ContentType == "" || a.Kind != pipeline.KindStaged {
+		return fmt.Errorf("%w: a staged asset needs a key, a content type, a size and a SHA-256", pipeline.ErrInvalidInput)
+	}
+	return s.inTx(ctx, func(tx *wtx) error {
+		var jobID, status string
+		if err := tx.QueryRowContext(ctx, `SELECT c.job_id, j.status FROM provider_calls c JOIN jobs j ON j.id = c.job_id WHERE c.id = ?`,
+			p.CallID).Scan(&jobID, &status); err != nil {
+			return translate(err)
+		}
+		if pipeline.Status(status).Final() {
+			return &pipeline.TransitionError{From: pipeline.Status(status), To: pipeline.Status(status)}
+		}
+		existing, err := scanAsset(tx.QueryRowContext(ctx, `SELECT `+assetColumns+` FROM assets WHERE object_key = ?`, a.Key))
+		switch {
+		case err == nil:
+			if existing.SHA256 != a.SHA256 || existing.SizeBytes != a.SizeBytes {
+				return fmt.Errorf("%w: asset %s has other content", pipeline.ErrAlreadyExists, a.Key)
+			}
+		case errors.Is(err, pipeline.ErrNotFound):
+			if _, err := tx.ExecContext(ctx, `INSERT INTO assets (object_key, job_id, kind, size_bytes, sha256, content_type,
+				duration_ms, created_by_attempt, created_at) VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?)`,
+				a.Key, jobID, a.Kind, a.SizeBytes, a.SHA256, a.ContentType, a.CreatedByAttempt, s.now()); err != nil {
+				return err
+			}
+		default:
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE provider_calls SET staged_key = ? WHERE id = ?`, a.Key, p.CallID)
+		return err
+	})
+}

@@ -55,7 +55,7 @@ func (d *downStore) Delete(ctx context.Context, key string) error {
 // answer (DESIGN §6). The sweeper runs before the operator redrives. The
 // staged answer must survive that sweep, and the redrive must store it
 // instead of paying for the speech again.
-func TestReviewOrphanStagedAnswerSurvivesSweepOfResumableJob(t *testing.T) {
+func TestOrphanStagedAnswerSurvivesSweepOfResumableJob(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	objs := &downStore{}
@@ -129,7 +129,7 @@ func (panicScene) SceneFromImage(context.Context, string, string, int, string, s
 
 // A panic on the attempt goroutine (not in a unit, not in the join) is
 // recovered by Run into a retried failure with an attempt_panicked event.
-func TestReviewPanicOnAttemptGoroutineIsRecovered(t *testing.T) {
+func TestPanicOnAttemptGoroutineIsRecovered(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, withRenderers(func(ctx context.Context, w, hh, fps int) (pipeline.Renderer, error) {
 		r, err := stubRenderers(ctx, w, hh, fps)
@@ -167,7 +167,7 @@ func (p *panicBody) Synthesize(ctx context.Context, m pipeline.CallMeta, r pipel
 
 // A panic while a paid call's intent is open sends the job to review at
 // once (the call may have been billed), with the call recorded ambiguous.
-func TestReviewPanicWithOpenIntentGoesToReview(t *testing.T) {
+func TestPanicWithOpenIntentGoesToReview(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers { return &panicBody{} }))
 	const id = "v1-panicbody"
@@ -185,7 +185,7 @@ func TestReviewPanicWithOpenIntentGoesToReview(t *testing.T) {
 // The infrastructure window is measured from the first failure of a run of
 // them, not restarted by each: a store that never comes back dead-letters
 // the job once the window has passed.
-func TestReviewInfraWindowCountsFromFirstFailure(t *testing.T) {
+func TestInfraWindowCountsFromFirstFailure(t *testing.T) {
 	t.Parallel()
 	objs := &downStore{}
 	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) {
@@ -217,7 +217,7 @@ func TestReviewInfraWindowCountsFromFirstFailure(t *testing.T) {
 // video, every staged copy released) reports nothing; a job still in
 // flight whose answer is only in a worker's spool is not reported; the
 // same job parked for review is.
-func TestReviewUnkeptAnswersQuery(t *testing.T) {
+func TestUnkeptAnswersQuery(t *testing.T) {
 	t.Parallel()
 	if !haveFFmpeg() {
 		t.Skip("the fake provider renders videos with ffmpeg")
@@ -276,7 +276,7 @@ func TestReviewUnkeptAnswersQuery(t *testing.T) {
 // waits in the spool, every attempt waits for storage without touching a
 // provider, and once the store is back the job succeeds with the speech
 // bought once.
-func TestReviewWholeStoreOutageKeepsSpooledAnswer(t *testing.T) {
+func TestWholeStoreOutageKeepsSpooledAnswer(t *testing.T) {
 	t.Parallel()
 	objs := &downStore{}
 	var armed atomic.Bool
@@ -334,7 +334,7 @@ func (s *failStagedCommitOnce) CommitAsset(ctx context.Context, lease pipeline.L
 // adopting attempt did not write and which is the only copy of a paid
 // answer — must stay for the next try, not be deleted as if it were the
 // attempt's own failed upload.
-func TestReviewFailedAdoptionKeepsStagedAnswer(t *testing.T) {
+func TestFailedAdoptionKeepsStagedAnswer(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	fc := &failStagedCommitOnce{}
