@@ -15,6 +15,15 @@ type PresenceStore interface {
 	AnnounceBindings(ctx context.Context, p *AnnounceBindingsParams) error
 	WithdrawBindings(ctx context.Context, processID string) error
 	LiveBindings(ctx context.Context, p *LiveBindingsParams) ([]string, error)
+	DeadLetterUnserved(ctx context.Context, p *DeadLetterUnservedParams) (int, error)
+}
+
+// DeadLetterUnservedParams are PresenceStore.DeadLetterUnserved's.
+type DeadLetterUnservedParams struct {
+	// Live are the versions bound by the deployment's live processes.
+	Live []string
+	// IdleSince: only jobs unchanged since then are moved.
+	IdleSince time.Time
 }
 
 // AnnounceBindingsParams are PresenceStore.AnnounceBindings'.
@@ -33,6 +42,10 @@ type LiveBindingsParams struct {
 // Presence defaults.
 const (
 	DefaultPresenceInterval = 10 * time.Second
+	// DefaultUnservedAfter is how long a job may wait for a version no live
+	// process binds before it is dead-lettered unbound_version: long enough
+	// for a rolling upgrade to bring the version's workers back.
+	DefaultUnservedAfter = 10 * time.Minute
 	// A process counts as live for this many intervals after its last beat.
 	presenceMissedBeats = 3
 )
@@ -44,7 +57,9 @@ type PresenceConfig struct {
 	Role      string
 	Versions  []string
 	Interval  time.Duration // default DefaultPresenceInterval
-	Clock     Clock
+	// UnservedAfter: see DefaultUnservedAfter (negative: never).
+	UnservedAfter time.Duration
+	Clock         Clock
 	Logger    *slog.Logger
 }
 
@@ -65,6 +80,9 @@ func NewPresence(cfg PresenceConfig) (*Presence, error) {
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultPresenceInterval
+	}
+	if cfg.UnservedAfter == 0 {
+		cfg.UnservedAfter = DefaultUnservedAfter
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = SystemClock{}
@@ -105,10 +123,34 @@ func (p *Presence) Start(ctx context.Context) error {
 					// Missing a beat is safe: others may count this process
 					// gone for a while, and the next beat restores it.
 					p.cfg.Logger.Warn("bindings heartbeat failed", "err", err)
+					continue
+				}
+				if err := p.deadLetterUnserved(ctx); err != nil && ctx.Err() == nil {
+					p.cfg.Logger.Warn("dead-lettering jobs of unbound versions failed", "err", err)
 				}
 			}
 		}
 	})
+}
+
+// deadLetterUnserved moves jobs that have waited UnservedAfter for a
+// version no live process binds to the dead-letter queue (DESIGN §4: an
+// unbound version is dead-lettered, never left waiting forever). The live
+// set includes this process, so it is never empty.
+func (p *Presence) deadLetterUnserved(ctx context.Context) error {
+	if p.cfg.UnservedAfter < 0 {
+		return nil
+	}
+	now := p.cfg.Clock.Now()
+	live, err := p.cfg.Store.LiveBindings(ctx, &LiveBindingsParams{Since: LiveSince(now, p.cfg.Interval)})
+	if err != nil || len(live) == 0 {
+		return err
+	}
+	n, err := p.cfg.Store.DeadLetterUnserved(ctx, &DeadLetterUnservedParams{Live: live, IdleSince: now.Add(-p.cfg.UnservedAfter)})
+	if n > 0 {
+		p.cfg.Logger.Warn("jobs waiting for a version no live process binds moved to the dead-letter queue", "jobs", n, "live", live)
+	}
+	return err
 }
 
 // Stop ends the heartbeat and withdraws this process's bindings.

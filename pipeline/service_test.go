@@ -180,3 +180,53 @@ func TestPresenceAnnouncesAndWithdraws(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A job waiting for a version no live process binds is dead-lettered
+// (unbound_version) once it has waited UnservedAfter — never left waiting
+// forever, and never touched while a live process binds its version.
+func TestPresenceDeadLettersUnservedJobs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := pipeline.NewManualClock(t0)
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "db"), Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, v := range []string{"v1", "v2"} {
+		if _, _, err := st.CreateJob(ctx, pipeline.NewJob{ID: v + "-waiting", Tenant: "t", Operation: pipeline.OperationRenderVideo,
+			IdempotencyKey: v, RequestFingerprint: v, Input: []byte(`{}`), Version: v, Queue: "render-" + v}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(time.Hour)
+	p, err := pipeline.NewPresence(pipeline.PresenceConfig{Store: st, ProcessID: "w1", Role: "worker", Versions: []string{"v1"},
+		Interval: 5 * time.Millisecond, UnservedAfter: 30 * time.Minute, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(ctx)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		j, err := st.GetJob(ctx, "v2-waiting")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.Status == pipeline.StatusDeadLettered {
+			if j.LastErrorCode != pipeline.ReasonUnboundVersion {
+				t.Fatalf("dead-lettered with %q, want unbound_version", j.LastErrorCode)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("v2 job still %s: a job nobody serves waits forever", j.Status)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if j, _ := st.GetJob(ctx, "v1-waiting"); j.Status != pipeline.StatusPending {
+		t.Fatalf("v1 job %s; a live process binds v1, it must keep waiting", j.Status)
+	}
+}

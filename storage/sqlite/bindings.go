@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -61,4 +62,63 @@ func (s *Store) LiveBindings(ctx context.Context, p *pipeline.LiveBindingsParams
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// DeadLetterUnserved moves jobs that wait for a version no live process
+// binds to the dead-letter queue (unbound_version), instead of leaving them
+// waiting for a worker that may never come: jobs pending, in retry_wait, or
+// running on an expired lease, whose version is not in p.Live and that
+// have not changed since p.IdleSince. p.Live must be the deployment's live
+// bindings (never empty: an empty set would condemn every job). An
+// operator can redrive them once the version is bound. Returns how many it
+// moved.
+func (s *Store) DeadLetterUnserved(ctx context.Context, p *pipeline.DeadLetterUnservedParams) (int, error) {
+	if p == nil || len(p.Live) == 0 || p.IdleSince.IsZero() {
+		return 0, fmt.Errorf("%w: dead-lettering unserved jobs needs the live bindings and a cut-off", pipeline.ErrInvalidInput)
+	}
+	live, err := json.Marshal(p.Live)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	err = s.inTx(ctx, func(tx *wtx) error {
+		n = 0
+		now := s.now()
+		rows, err := tx.QueryContext(ctx, `SELECT id, status, queue, workflow_version FROM jobs
+			WHERE workflow_version NOT IN (SELECT value FROM json_each(?1)) AND updated_at < ?2
+			  AND (status IN ('pending','retry_wait') OR (status = 'running' AND lease_expires_at <= ?3))`,
+			string(live), ms(p.IdleSince), now)
+		if err != nil {
+			return err
+		}
+		type victim struct{ id, status, queue, version string }
+		var vs []victim
+		for rows.Next() {
+			var v victim
+			if err := rows.Scan(&v.id, &v.status, &v.queue, &v.version); err != nil {
+				rows.Close()
+				return err
+			}
+			vs = append(vs, v)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, v := range vs {
+			detail := fmt.Sprintf("no live process binds %s (live: %s)", v.version, strings.Join(p.Live, ","))
+			if _, err := insertDeadLetter(ctx, tx, now, v.id, v.queue, pipeline.ReasonUnboundVersion, detail); err != nil {
+				return err
+			}
+			if err := settle(ctx, tx, now, v.id, pipeline.Status(v.status), "", pipeline.Outcome{
+				Status: pipeline.StatusDeadLettered, Reason: pipeline.ReasonUnboundVersion, RequiresAction: true,
+				ErrorClass: pipeline.ClassPermanent, ErrorCode: pipeline.ReasonUnboundVersion, ErrorMessage: deadLetterMessage(pipeline.ReasonUnboundVersion),
+			}, map[string]any{"reason": pipeline.ReasonUnboundVersion}); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
 }
