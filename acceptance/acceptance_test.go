@@ -244,7 +244,7 @@ func TestSIGKILLMidJobResumesWithoutPayingTwice(t *testing.T) {
 	// Each video takes 4 s at the provider: the job spends most of its life
 	// polling, which is where a crash is recoverable without a human (the
 	// external id is persisted). A crash inside a synchronous speech call
-	// would rightly end in needs_review (DESIGN §6), so the kill is aimed
+	// would rightly end in needs_review (docs/design.md §6), so the kill is aimed
 	// at a moment when none is in flight.
 	const scenes = 8
 	s := newStack(ctx, t, stackOptions{providerEnv: map[string]string{"EDGEPIPE_FAKE_VIDEO_PROCESSING": "4s"}})

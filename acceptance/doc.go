@@ -1,9 +1,9 @@
 // Package acceptance runs the real edgepipe image against a real MinIO
 // container and checks what a user would check: the API answers, the MP4 in
 // the bucket plays (ffprobe, in a container), versions are routed and
-// dead-lettered as DESIGN §4 says, and a worker killed with SIGKILL in the
+// dead-lettered as docs/design.md §4 says, and a worker killed with SIGKILL in the
 // middle of a job neither pays a provider twice nor leaves objects or rows
-// pointing at nothing (DESIGN §9).
+// pointing at nothing (docs/design.md §9).
 //
 // The tests are behind the build tag `acceptance` and need a Docker engine:
 //

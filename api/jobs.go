@@ -121,7 +121,7 @@ func (s *Server) describeResult(c echo.Context, res *Result) {
 	a, err := s.cfg.Store.GetAsset(ctx, res.Key)
 	if err != nil {
 		// The job still reads fine without the details; the operator
-		// needs to know an asset row is missing (DESIGN §1.4).
+		// needs to know an asset row is missing (docs/design.md §1.4).
 		s.log.Error("result asset lookup failed", "key", res.Key, "err", err)
 		return
 	}

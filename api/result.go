@@ -29,7 +29,7 @@ func (s *Server) result(c echo.Context) error {
 	if err != nil {
 		if errors.Is(err, pipeline.ErrNotFound) {
 			// A succeeded job whose result has no asset row breaks
-			// DESIGN §1.4; do not paper over it with a 404.
+			// docs/design.md §1.4; do not paper over it with a 404.
 			err = errors.New("result asset row missing for " + j.ResultKey)
 		}
 		return err

@@ -672,7 +672,7 @@ func (c *apiClient) waitSettled(ctx context.Context, want int) ([]job, error) {
 // storyboard builds a small job body: 640x360, 2–3 scenes of 500–800 ms.
 // Prompts carry uniq, so jobs do not share unit objects, except that every
 // job with shared=true also has one scene common to all such jobs (the
-// claim protocol of DESIGN §7 under concurrency and crashes).
+// claim protocol of docs/design.md §7 under concurrency and crashes).
 func storyboard(uniq string, i int, shared bool) map[string]any {
 	scene := func(kind, prompt, narration string, ms int) map[string]any {
 		s := map[string]any{"narration": narration, "duration_ms": ms}
@@ -843,7 +843,7 @@ func (w *webhookReceiver) total() int64 { return w.n.Load() }
 // probeResult downloads a succeeded job's MP4 through the API and checks
 // with ffprobe that it is playable media made by the job's own version:
 // H.264 video and AAC audio, plus a mov_text caption track exactly when the
-// version is v2 (DESIGN §4: the versions differ observably). This is
+// version is v2 (docs/design.md §4: the versions differ observably). This is
 // invariant 5 seen from the output, which the database cannot show.
 func (c *apiClient) probeResult(ctx context.Context, j job, dir string) error {
 	path := filepath.Join(dir, j.ID+".mp4")

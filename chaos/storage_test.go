@@ -423,7 +423,7 @@ func fillDisk(path string) (int64, error) {
 // deterministically: a job is claimed, the attempt pauses at after_claim
 // (a delay failpoint), and meanwhile another writer holds the database past
 // edgepipe's 10 s busy timeout, so the attempt's first write in prepare
-// fails with SQLITE_BUSY. That failure is transient by nature (DESIGN §6):
+// fails with SQLITE_BUSY. That failure is transient by nature (docs/design.md §6):
 // the job must go to retry_wait and then succeed, not stop in needs_review
 // as an unexpected error for a human.
 func TestStoreBusyBeforePrepare(t *testing.T) {

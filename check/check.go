@@ -1,5 +1,5 @@
 // Package check is fsck for an edgepipe deployment: it verifies the six
-// invariants of DESIGN §9 against the job database and the object store, and
+// invariants of docs/design.md §9 against the job database and the object store, and
 // optionally a provider's own billing ledger. It only reads.
 package check
 

@@ -52,7 +52,7 @@ func (d *downStore) Delete(ctx context.Context, key string) error {
 // staged object exists, only the dead attempt's 'writing' claim refers to
 // it). The object store then goes down for longer than the infrastructure
 // window, so the job is dead-lettered — a status that must keep every paid
-// answer (DESIGN §6). The sweeper runs before the operator redrives. The
+// answer (docs/design.md §6). The sweeper runs before the operator redrives. The
 // staged answer must survive that sweep, and the redrive must store it
 // instead of paying for the speech again.
 func TestOrphanStagedAnswerSurvivesSweepOfResumableJob(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"edgepipe/pipeline"
 )
 
-// The billing invariant (DESIGN §9.3): with the fake providers injecting
+// The billing invariant (docs/design.md §9.3): with the fake providers injecting
 // every fault kind, 50 jobs of 3–6 scenes run to the end with retries, and
 // for every (job, scene) the ledger shows at most one billed call to a
 // non-idempotent provider and exactly one video submit per finished async

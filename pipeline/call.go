@@ -144,7 +144,7 @@ func (u *unitRun) stopBeforeSend(ctx context.Context, id int64, op string) error
 }
 
 // callFailed records a failed call in the audit trail and classifies it by
-// the operation's contract (DESIGN §6).
+// the operation's contract (docs/design.md §6).
 func (u *unitRun) callFailed(ctx context.Context, id int64, op string, contract Contract, err error) error {
 	status, httpStatus, code := CallAmbiguous, 0, "provider_error"
 	var ce *CallError

@@ -411,7 +411,7 @@ func (e *Engine) runStages(ctx context.Context, a *attempt) (string, error) {
 // stageStarted records that the attempt entered a stage, and with which
 // workflow implementation: the job's version says what should run, this
 // says what did, which is what `edgepipe check` holds against the id prefix
-// (DESIGN §9, invariant 5).
+// (docs/design.md §9, invariant 5).
 func (e *Engine) stageStarted(ctx context.Context, a *attempt, stage string) error {
 	return storeErr(e.cfg.Store.AppendEvent(ctx, a.lease, EventStageStarted, map[string]any{"stage": stage, "workflow": a.workflow.Version}))
 }

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Job is the persisted record that decides what happens (DESIGN §1.2): a queue
+// Job is the persisted record that decides what happens (docs/design.md §1.2): a queue
 // message only wakes a worker, which then acts on this.
 type Job struct {
 	ID                 string

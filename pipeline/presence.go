@@ -134,7 +134,7 @@ func (p *Presence) Start(ctx context.Context) error {
 }
 
 // deadLetterUnserved moves jobs that have waited UnservedAfter for a
-// version no live process binds to the dead-letter queue (DESIGN §4: an
+// version no live process binds to the dead-letter queue (docs/design.md §4: an
 // unbound version is dead-lettered, never left waiting forever). The live
 // set includes this process, so it is never empty.
 func (p *Presence) deadLetterUnserved(ctx context.Context) error {

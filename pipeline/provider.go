@@ -8,7 +8,7 @@ import (
 )
 
 // Contract is what a provider operation promises about a request that may
-// have reached it (DESIGN §6). It is declared per operation before any retry
+// have reached it (docs/design.md §6). It is declared per operation before any retry
 // code runs, and it alone decides whether a failed call may be repeated.
 type Contract string
 

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// ErrorClass is what a failure means for the next status (DESIGN §6). The
+// ErrorClass is what a failure means for the next status (docs/design.md §6). The
 // class, not the error text, decides.
 type ErrorClass string
 
@@ -57,7 +57,7 @@ func (e *ClassifiedError) Error() string {
 func (e *ClassifiedError) Unwrap() error { return e.Cause }
 
 // Classify finds the ClassifiedError in err's chain. An error nobody
-// classified is treated as ambiguous: when in doubt, stop (DESIGN §1.1).
+// classified is treated as ambiguous: when in doubt, stop (docs/design.md §1.1).
 func Classify(err error) *ClassifiedError {
 	var ce *ClassifiedError
 	if errors.As(err, &ce) {

@@ -59,7 +59,7 @@ func (s Status) Final() bool {
 }
 
 // Settled reports whether the job waits for nobody but a human: a terminal
-// status or needs_review. DESIGN §9.4: every accepted job ends settled.
+// status or needs_review. docs/design.md §9.4: every accepted job ends settled.
 func (s Status) Settled() bool { return s.Terminal() || s == StatusNeedsReview }
 
 // transitions is the one table of allowed status changes. Everything that

@@ -38,7 +38,7 @@ type Store interface {
 	ObjectLedger
 }
 
-// ObjectLedger is the database side of the object write protocol (DESIGN §7).
+// ObjectLedger is the database side of the object write protocol (docs/design.md §7).
 type ObjectLedger interface {
 	GetAsset(ctx context.Context, key string) (Asset, error)
 	ClaimObject(ctx context.Context, lease Lease, key string) error
@@ -108,7 +108,7 @@ const (
 )
 
 // Asset is the record of an object that was fully written: it exists only
-// after the object does (DESIGN §7).
+// after the object does (docs/design.md §7).
 type Asset struct {
 	Key              string
 	JobID            string

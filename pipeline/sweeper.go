@@ -56,7 +56,7 @@ type SweepReport struct {
 }
 
 // Sweeper removes objects that no asset row or live claim refers to, and
-// stale multipart uploads (DESIGN §7, invariant §9.2).
+// stale multipart uploads (docs/design.md §7, invariant §9.2).
 type Sweeper struct {
 	cfg SweeperConfig
 	id  string

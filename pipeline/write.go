@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// writeObject stores r under key by the write protocol of DESIGN §7:
+// writeObject stores r under key by the write protocol of docs/design.md §7:
 // ownership row → object (streamed, create-only) → asset row. If the key
 // already has an asset row the object is reused and r is not read
 // (reused=true). On any failure after the claim, the claim is abandoned and

@@ -12,7 +12,7 @@ type ContractRow struct {
 // OpOther stands for every operation the table does not name.
 const OpOther = "*"
 
-// contracts is the declared contract table (DESIGN §6), filled before any
+// contracts is the declared contract table (docs/design.md §6), filled before any
 // retry code was written. A row may only say idempotent_verified when a test
 // against the server proves it; see ContractTable.
 var contracts = []ContractRow{

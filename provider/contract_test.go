@@ -52,7 +52,7 @@ func TestContractTable(t *testing.T) {
 }
 
 // TestImageContractIdempotentVerifiedIsProven is the proof the image row of
-// the contract table stands on (DESIGN §6: "tested, not read in docs"):
+// the contract table stands on (docs/design.md §6: "tested, not read in docs"):
 // against the real provider server, the same idempotency key sent twice is
 // billed once and returns the same bytes, and a retry after a call that
 // failed *after* being billed does not pay again.

@@ -8,7 +8,7 @@
 // own provider (EDGEPIPE_PROVIDER, EDGEPIPE_PROVIDER_IMAGE/_SPEECH/_VIDEO).
 //
 // The package exists to make one promise hold: a scene is paid for once
-// (DESIGN §1.3, §6). Three things serve that promise.
+// (docs/design.md §1.3, §6). Three things serve that promise.
 //
 //   - Each operation declares its retry contract in a table (ContractTable)
 //     before any retry code runs. Only the image operation is
@@ -29,7 +29,7 @@
 //   - Every failure is a *pipeline.CallError whose Outcome says what is known
 //     about billing: not_sent (certainly never reached the provider),
 //     unknown (may have been processed and billed), rate_limited, rejected,
-//     failed. When in doubt the outcome is unknown (DESIGN §1.1). Code is
+//     failed. When in doubt the outcome is unknown (docs/design.md §1.1). Code is
 //     always one of this package's fixed Code* constants; raw provider text
 //     only ever appears in Cause, which is for logs.
 //

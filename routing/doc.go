@@ -1,10 +1,10 @@
 // Package routing is the version routing of workflow instance ids: it parses
 // ids of the form v1-<id> / v2-<id>, decides which queue (and so which
 // workflow implementation) a job belongs to, and mints the prefix of new ids
-// from WORKFLOW_V2_ROLLOUT_PERCENT (DESIGN §4).
+// from WORKFLOW_V2_ROLLOUT_PERCENT (docs/design.md §4).
 //
 // The prefix of an id is the only input to the routing decision, so every
-// attempt of a job runs on the version it was created with (DESIGN §9.5). A
+// attempt of a job runs on the version it was created with (docs/design.md §9.5). A
 // version this deployment does not serve is a dead letter with reason
 // unbound_version; there is deliberately no code path that substitutes one
 // version for another, because a silent fallback would mix the outputs of two

@@ -260,7 +260,7 @@ func TestFormatID(t *testing.T) {
 func TestVersionHelpers(t *testing.T) {
 	t.Parallel()
 	if DefaultVersion != "v1" {
-		t.Fatalf("DefaultVersion = %q, want v1 (DESIGN §4)", DefaultVersion)
+		t.Fatalf("DefaultVersion = %q, want v1 (docs/design.md §4)", DefaultVersion)
 	}
 	if got := QueueName("v2"); got != "render-v2" {
 		t.Errorf("QueueName(v2) = %q", got)

@@ -93,7 +93,7 @@ func TestRouteDetail(t *testing.T) {
 }
 
 // No id, whatever the bindings, is routed to a version other than the one its
-// prefix names (DESIGN §9.5): the only outcomes are "its own version" and
+// prefix names (docs/design.md §9.5): the only outcomes are "its own version" and
 // "dead letter".
 func TestRouteNeverFallsBack(t *testing.T) {
 	t.Parallel()

@@ -1,4 +1,4 @@
-// Package webhook delivers job notifications from the outbox (DESIGN §2:
+// Package webhook delivers job notifications from the outbox (docs/design.md §2:
 // webhooks are a view of the job's event log). The store writes a delivery
 // row in the same transaction that settles a job — terminal status or
 // needs_review — and the Dispatcher here POSTs it, signed, retrying with

@@ -12,7 +12,7 @@ import (
 )
 
 func init() {
-	register("check", "verify the six invariants of DESIGN §9 against the database and object store (read-only)", checkCmd)
+	register("check", "verify the six invariants of docs/design.md §9 against the database and object store (read-only)", checkCmd)
 }
 
 func checkCmd(ctx context.Context, args []string) error {

@@ -16,7 +16,7 @@ func init() {
 
 const providerHelp = `
 Subcommands:
-  contracts   print the declared contract (DESIGN §6) of every provider, operation
+  contracts   print the declared contract (docs/design.md §6) of every provider, operation
               and model, with the models this configuration uses; ROUTED marks the
               provider each operation is sent to (EDGEPIPE_PROVIDER,
               EDGEPIPE_PROVIDER_IMAGE/_SPEECH/_VIDEO). Needs no credentials and

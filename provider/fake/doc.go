@@ -1,11 +1,11 @@
 // Package fake is a real HTTP server that imitates the three external AI
 // providers edgepipe calls — image, speech and video generation — with the
-// billing behaviour that makes retries dangerous (DESIGN §6), a ledger that
+// billing behaviour that makes retries dangerous (docs/design.md §6), a ledger that
 // shows what was paid for, and seeded fault injection. edgepipe runs it
 // in-process on a loopback port by default; `edgepipe fake-provider` runs it
 // standalone.
 //
-// The three operations deliberately have the three contracts of DESIGN §6:
+// The three operations deliberately have the three contracts of docs/design.md §6:
 //
 //   - images are synchronous and honour Idempotency-Key for real (tested), so
 //     a client may retry them with the same key;

@@ -4,7 +4,7 @@
 // urls.get); GET /v1/predictions/{id} reports on it until it is succeeded,
 // failed or canceled; its output is a URL to download.
 //
-// Video is async_pollable (DESIGN §6): SubmitVideo returns the prediction id,
+// Video is async_pollable (docs/design.md §6): SubmitVideo returns the prediction id,
 // which the pipeline persists before anything else and recovers by polling,
 // never by creating again. The create request never carries
 // "Prefer: wait" (which makes Replicate hold the connection until the model

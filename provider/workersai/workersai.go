@@ -5,7 +5,7 @@
 // Workers AI has no text-to-video model, so video is routed to another
 // provider (EDGEPIPE_PROVIDER_VIDEO) or a storyboard uses image scenes only.
 //
-// Both operations are sync (DESIGN §6): Workers AI has no idempotency key,
+// Both operations are sync (docs/design.md §6): Workers AI has no idempotency key,
 // so a failure after the request may have reached it (timeout, dropped
 // connection, 5xx, 408) is ambiguous and the job goes to needs_review
 // instead of paying again. Requests are sent through provider.Caller, which

@@ -195,7 +195,7 @@ func TestSpeechAnswersBase64OrBinary(t *testing.T) {
 	}
 }
 
-// TestFailuresAreClassified covers every failure class of DESIGN §6 for
+// TestFailuresAreClassified covers every failure class of docs/design.md §6 for
 // both operations; each case also checks that the server saw exactly one
 // request, i.e. nothing was resent.
 func TestFailuresAreClassified(t *testing.T) {

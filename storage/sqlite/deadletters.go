@@ -102,7 +102,7 @@ func (s *Store) Redrive(ctx context.Context, deadLetterID int64, queue, operator
 			return err
 		}
 		if queue != "render-"+version {
-			// A job only ever runs on its own version's queue (DESIGN §4).
+			// A job only ever runs on its own version's queue (docs/design.md §4).
 			return fmt.Errorf("%w: job %s is %s and can only be redriven to render-%s, not %s", pipeline.ErrInvalidInput, d.JobID, version, version, queue)
 		}
 		if pipeline.Status(st) != pipeline.StatusDeadLettered {

@@ -8,7 +8,7 @@ import (
 	"edgepipe/pipeline"
 )
 
-// The write protocol of DESIGN §7, as seen from the database:
+// The write protocol of docs/design.md §7, as seen from the database:
 //
 //	ClaimObject   ownership row (state writing), fenced by the lease
 //	  … the caller streams the object …
@@ -219,7 +219,7 @@ func (s *Store) KeyReferenced(ctx context.Context, key string) (bool, error) {
 // row was never written — its writer died between upload and row — as
 // referenced while the call's job can still resume: the object may be the
 // only copy of a paid answer, and the job's next attempt adopts it
-// (DESIGN §6: kept until the asset exists or the job is truly final). The
+// (docs/design.md §6: kept until the asset exists or the job is truly final). The
 // call id is the key's trailing digits (pipeline.StagingKey).
 const qStagedForResumableJob = `(SELECT count(*) FROM provider_calls pc JOIN jobs j ON j.id = pc.job_id
 	WHERE substr(?1, 1, length(?3)) = ?3

@@ -14,7 +14,7 @@ func assetFor(key string) pipeline.Asset {
 	return pipeline.Asset{Key: key, Kind: "image", SizeBytes: 3, SHA256: strings.Repeat("a", 64), ContentType: "image/png"}
 }
 
-// The cleanup-vs-new-claim race of DESIGN §7, interleaved step by step.
+// The cleanup-vs-new-claim race of docs/design.md §7, interleaved step by step.
 func TestAbandonVersusNewClaimInterleavings(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
