@@ -148,7 +148,10 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 			// Once the key is held, finish even if ctx ends: a 'deleting'
 			// claim left behind would block writers for the grace period.
 			dctx := context.WithoutCancel(ctx)
-			if err := s.cfg.Objects.Delete(dctx, o.Key); err != nil {
+			// Bounded and retried: past StaleDeleteAfter a writer may take
+			// this cleanup over, so no delete of ours may still be in
+			// flight then.
+			if err := deleteObject(dctx, s.cfg.Objects, o.Key); err != nil {
 				return rep, fmt.Errorf("sweep: delete %s: %w", o.Key, err)
 			}
 			rep.Deleted++

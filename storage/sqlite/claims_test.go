@@ -94,3 +94,40 @@ func TestClaimTakesOverDeadSweep(t *testing.T) {
 		t.Fatalf("claim after a dead sweep: %v, want ErrClaimTakenOver", err)
 	}
 }
+
+// A release (a worker stopping gives the job back) keeps the current run of
+// infrastructure failures: restarts during an outage cannot stretch the
+// infrastructure window. A redrive starts it afresh.
+func TestReleaseKeepsInfraRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := pipeline.NewManualClock(t0)
+	s := openTest(t, "", clock)
+	mustCreate(t, s, newJob("v1-infra"))
+	cs, _, _ := s.Fetch(ctx, "render-v1", "w", 1, time.Minute)
+	if err := s.Finish(ctx, cs[0].Lease, pipeline.Outcome{Status: pipeline.StatusRetryWait, NextRunAt: clock.Now().Add(time.Second),
+		ErrorClass: pipeline.ClassTransient, ErrorCode: "object_store_error", Infra: true}); err != nil {
+		t.Fatal(err)
+	}
+	since := clock.Now()
+	clock.Advance(time.Minute)
+	cs, _, _ = s.Fetch(ctx, "render-v1", "w", 1, time.Minute)
+	if len(cs) != 1 {
+		t.Fatal("fetch")
+	}
+	if err := s.Release(ctx, cs[0].Lease); err != nil {
+		t.Fatal(err)
+	}
+	j, err := s.GetJob(ctx, "v1-infra")
+	if err != nil || !j.InfraSince.Equal(since) || j.InfraFailures != 1 {
+		t.Fatalf("after a release: infra_since %v failures %d (%v); want %v and 1", j.InfraSince, j.InfraFailures, err, since)
+	}
+	cs, _, _ = s.Fetch(ctx, "render-v1", "w", 1, time.Minute)
+	if err := s.Finish(ctx, cs[0].Lease, pipeline.Outcome{Status: pipeline.StatusRetryWait, NextRunAt: clock.Now().Add(time.Second),
+		ErrorClass: pipeline.ClassTransient, ErrorCode: "provider_rate_limited"}); err != nil {
+		t.Fatal(err)
+	}
+	if j, _ := s.GetJob(ctx, "v1-infra"); !j.InfraSince.IsZero() || j.InfraFailures != 1 {
+		t.Fatalf("after a failure of the job's own: infra_since %v failures %d; want the run ended, the count kept", j.InfraSince, j.InfraFailures)
+	}
+}

@@ -26,14 +26,17 @@ func settle(ctx context.Context, tx *wtx, now int64, jobID string, from pipeline
 		last_error_class = ?, last_error_code = ?, last_error_message = ?,
 		result_key = coalesce(?, result_key),
 		infra_failures = infra_failures + ?,
-		infra_since = CASE WHEN ? = 1 THEN coalesce(infra_since, ?) ELSE NULL END
+		infra_since = CASE WHEN ? = 1 THEN coalesce(infra_since, ?) WHEN ? = 1 THEN infra_since ELSE NULL END
 		WHERE id = ? AND status = ?`
 	// An infrastructure failure counts in infra_failures and starts (or
-	// continues) the run measured by infra_since; any other outcome ends
+	// continues) the run measured by infra_since; a release (a worker
+	// stopping gives the job back) leaves the run as it is, so restarts
+	// during an outage cannot stretch the window; any other outcome ends
 	// the run (docs/design.md §6).
+	release := from == pipeline.StatusRunning && o.Status == pipeline.StatusPending
 	args := []any{string(o.Status), now, now, nullMS(o.NextRunAt), boolInt(o.RequiresAction),
 		string(o.ErrorClass), o.ErrorCode, o.ErrorMessage, nullString(o.ResultKey),
-		boolInt(o.Infra), boolInt(o.Infra), now, jobID, string(from)}
+		boolInt(o.Infra), boolInt(o.Infra), now, boolInt(release), jobID, string(from)}
 	if attemptID != "" {
 		q += ` AND attempt_id = ? AND lease_expires_at > ?`
 		args = append(args, attemptID, now)
