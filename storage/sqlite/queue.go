@@ -56,157 +56,183 @@ func (s *Store) Fetch(ctx context.Context, queue, owner string, max int, leaseFo
 		return nil, stats, fmt.Errorf("%w: fetch needs an owner, a positive batch size and lease", pipeline.ErrInvalidInput)
 	}
 	err := s.inTx(ctx, func(tx *wtx) error {
-		out, stats = out[:0], pipeline.FetchStats{}
+		stats = pipeline.FetchStats{}
 		now := s.now()
-		rows, err := tx.QueryContext(ctx, `SELECT m.id, m.job_id, m.delivery_count, j.status, j.lease_expires_at, j.next_run_at
-			FROM queue_messages m JOIN jobs j ON j.id = m.job_id
-			WHERE m.queue = ? AND m.visible_at <= ? ORDER BY m.visible_at, m.id LIMIT ?`, queue, now, max)
+		cands, err := fetchCandidates(ctx, tx, queue, now, max)
 		if err != nil {
 			return err
 		}
-		type cand struct {
-			msgID      int64
-			jobID      string
-			deliveries int
-			status     pipeline.Status
-			leaseExp   sql.NullInt64
-			nextRun    sql.NullInt64
-		}
-		var cands []cand
-		seen := map[string]bool{}
-		for rows.Next() {
-			var c cand
-			var st string
-			if err := rows.Scan(&c.msgID, &c.jobID, &c.deliveries, &st, &c.leaseExp, &c.nextRun); err != nil {
-				rows.Close()
-				return err
-			}
-			if seen[c.jobID] { // the unique index makes this impossible; never claim a job twice anyway
-				continue
-			}
-			seen[c.jobID] = true
-			c.status = pipeline.Status(st)
-			cands = append(cands, c)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		leaseExp := now + leaseFor.Milliseconds()
-		// Claimable messages are handled in bulk: a handful of statements
-		// per batch instead of several per job.
-		type claimArg struct {
-			JobID      string `json:"j"`
-			MsgID      int64  `json:"m"`
-			From       string `json:"f"`
-			Deliveries int    `json:"d"`
-		}
-		var claims []claimArg
-		var acks []int64
-		for _, c := range cands {
-			switch {
-			case c.status.Settled():
-				acks = append(acks, c.msgID)
-				stats.AckedSettled++
-				continue
-			case c.status == pipeline.StatusRunning && c.leaseExp.Valid && c.leaseExp.Int64 > now:
-				if _, err := tx.ExecContext(ctx, `UPDATE queue_messages SET visible_at = ? WHERE id = ?`, c.leaseExp.Int64, c.msgID); err != nil {
-					return err
-				}
-				stats.Deferred++
-				continue
-			case c.status == pipeline.StatusRetryWait && c.nextRun.Valid && c.nextRun.Int64 > now:
-				if _, err := tx.ExecContext(ctx, `UPDATE queue_messages SET visible_at = ? WHERE id = ?`, c.nextRun.Int64, c.msgID); err != nil {
-					return err
-				}
-				stats.Deferred++
-				continue
-			}
-			if c.deliveries >= s.cfg.MaxDeliveries {
-				if err := s.poison(ctx, tx, now, queue, c.jobID, c.status, c.deliveries); err != nil {
-					return err
-				}
-				stats.DeadLettered++
-				continue
-			}
-			if err := pipeline.CheckTransition(c.status, pipeline.StatusRunning); err != nil {
-				return err // unreachable with the cases above; the table stays the one authority
-			}
-			claims = append(claims, claimArg{JobID: c.jobID, MsgID: c.msgID, From: string(c.status), Deliveries: c.deliveries + 1})
-		}
-		if len(acks) > 0 {
-			b, _ := json.Marshal(acks)
-			if _, err := tx.ExecContext(ctx, `DELETE FROM queue_messages WHERE id IN (SELECT value FROM json_each(?))`, string(b)); err != nil {
-				return err
-			}
-		}
-		if len(claims) == 0 {
-			return nil
-		}
-		arg, err := json.Marshal(claims)
+		claims, err := s.triage(ctx, tx, now, queue, cands, &stats)
 		if err != nil {
 			return err
 		}
-		// The claim itself: one conditional UPDATE that re-checks status and
-		// lease expiry, with a fresh random attempt id per job. The unary +
-		// keeps the planner on the primary key: through jobs_status it would
-		// scan every pending job.
-		rows, err = tx.QueryContext(ctx, `UPDATE jobs SET status = 'running',
-			status_changed_at = CASE WHEN status = 'running' THEN status_changed_at ELSE ?1 END,
-			updated_at = ?1, attempts = attempts + 1, next_run_at = NULL,
-			attempt_id = 'att_' || lower(hex(randomblob(12))), lease_owner = ?2, lease_expires_at = ?3
-			WHERE id IN (SELECT value ->> 'j' FROM json_each(?4))
-			  AND (+status IN ('pending','retry_wait') OR (+status = 'running' AND lease_expires_at <= ?1))
-			RETURNING `+jobColumns, now, owner, leaseExp, string(arg))
-		if err != nil {
-			return err
-		}
-		claimed := map[string]pipeline.Job{}
-		for rows.Next() {
-			j, err := scanJob(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			claimed[j.ID] = j
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE queue_messages SET delivery_count = delivery_count + 1,
-			visible_at = ?, last_delivered_at = ? WHERE id IN (SELECT value ->> 'm' FROM json_each(?))
-			AND job_id IN (SELECT id FROM jobs WHERE id = queue_messages.job_id AND lease_expires_at = ? AND lease_owner = ?)`,
-			leaseExp, now, string(arg), leaseExp, owner); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO job_events (job_id, at, kind, from_status, to_status, attempt_id, detail_json)
-			SELECT j.id, ?1, 'status', f.value ->> 'f', 'running', j.attempt_id,
-			       json_object('attempt', j.attempts, 'owner', ?2, 'delivery', f.value ->> 'd')
-			FROM json_each(?3) AS f JOIN jobs AS j ON j.id = f.value ->> 'j'
-			WHERE j.lease_owner = ?2 AND j.lease_expires_at = ?4 AND j.updated_at = ?1
-			ORDER BY f.key`, now, owner, string(arg), leaseExp); err != nil {
-			return err
-		}
-		for _, c := range claims {
-			j, ok := claimed[c.JobID]
-			if !ok {
-				continue
-			}
-			out = append(out, pipeline.Claimed{
-				Job:        j,
-				Lease:      pipeline.Lease{JobID: j.ID, AttemptID: j.AttemptID, Owner: owner, Attempt: j.Attempts, ExpiresAt: fromMS(leaseExp)},
-				MessageID:  c.MsgID,
-				Deliveries: c.Deliveries,
-			})
-		}
+		out, err = claimJobs(ctx, tx, now, owner, now+leaseFor.Milliseconds(), claims)
 		stats.Claimed = len(out)
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, pipeline.FetchStats{}, err
 	}
 	return out, stats, nil
+}
+
+// candidate is a visible message and the state of its job.
+type candidate struct {
+	msgID      int64
+	jobID      string
+	deliveries int
+	status     pipeline.Status
+	leaseExp   sql.NullInt64
+	nextRun    sql.NullInt64
+}
+
+// claimArg is one job to claim, as the claim statements read it (JSON).
+type claimArg struct {
+	JobID      string `json:"j"`
+	MsgID      int64  `json:"m"`
+	From       string `json:"f"`
+	Deliveries int    `json:"d"`
+}
+
+// fetchCandidates reads up to max visible messages of queue with their
+// jobs' state, oldest first.
+func fetchCandidates(ctx context.Context, tx *wtx, queue string, now int64, max int) ([]candidate, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT m.id, m.job_id, m.delivery_count, j.status, j.lease_expires_at, j.next_run_at
+		FROM queue_messages m JOIN jobs j ON j.id = m.job_id
+		WHERE m.queue = ? AND m.visible_at <= ? ORDER BY m.visible_at, m.id LIMIT ?`, queue, now, max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var cands []candidate
+	seen := map[string]bool{}
+	for rows.Next() {
+		var c candidate
+		var st string
+		if err := rows.Scan(&c.msgID, &c.jobID, &c.deliveries, &st, &c.leaseExp, &c.nextRun); err != nil {
+			return nil, err
+		}
+		if seen[c.jobID] { // the unique index makes this impossible; never claim a job twice anyway
+			continue
+		}
+		seen[c.jobID] = true
+		c.status = pipeline.Status(st)
+		cands = append(cands, c)
+	}
+	return cands, rows.Err()
+}
+
+// triage decides each candidate: a settled job's message is acked, a job
+// still leased or backing off is hidden until then, a message delivered
+// too often is poison; the rest are returned to be claimed.
+func (s *Store) triage(ctx context.Context, tx *wtx, now int64, queue string, cands []candidate, stats *pipeline.FetchStats) ([]claimArg, error) {
+	var claims []claimArg
+	var acks []int64
+	for _, c := range cands {
+		switch {
+		case c.status.Settled():
+			acks = append(acks, c.msgID)
+			stats.AckedSettled++
+			continue
+		case c.status == pipeline.StatusRunning && c.leaseExp.Valid && c.leaseExp.Int64 > now:
+			if _, err := tx.ExecContext(ctx, `UPDATE queue_messages SET visible_at = ? WHERE id = ?`, c.leaseExp.Int64, c.msgID); err != nil {
+				return nil, err
+			}
+			stats.Deferred++
+			continue
+		case c.status == pipeline.StatusRetryWait && c.nextRun.Valid && c.nextRun.Int64 > now:
+			if _, err := tx.ExecContext(ctx, `UPDATE queue_messages SET visible_at = ? WHERE id = ?`, c.nextRun.Int64, c.msgID); err != nil {
+				return nil, err
+			}
+			stats.Deferred++
+			continue
+		}
+		if c.deliveries >= s.cfg.MaxDeliveries {
+			if err := s.poison(ctx, tx, now, queue, c.jobID, c.status, c.deliveries); err != nil {
+				return nil, err
+			}
+			stats.DeadLettered++
+			continue
+		}
+		if err := pipeline.CheckTransition(c.status, pipeline.StatusRunning); err != nil {
+			return nil, err // unreachable with the cases above; the table stays the one authority
+		}
+		claims = append(claims, claimArg{JobID: c.jobID, MsgID: c.msgID, From: string(c.status), Deliveries: c.deliveries + 1})
+	}
+	if len(acks) > 0 {
+		b, _ := json.Marshal(acks)
+		if _, err := tx.ExecContext(ctx, `DELETE FROM queue_messages WHERE id IN (SELECT value FROM json_each(?))`, string(b)); err != nil {
+			return nil, err
+		}
+	}
+	return claims, nil
+}
+
+// claimJobs claims the triaged jobs in bulk — a handful of statements per
+// batch instead of several per job — and returns those it got.
+func claimJobs(ctx context.Context, tx *wtx, now int64, owner string, leaseExp int64, claims []claimArg) ([]pipeline.Claimed, error) {
+	if len(claims) == 0 {
+		return nil, nil
+	}
+	arg, err := json.Marshal(claims)
+	if err != nil {
+		return nil, err
+	}
+	// The claim itself: one conditional UPDATE that re-checks status and
+	// lease expiry, with a fresh random attempt id per job. The unary +
+	// keeps the planner on the primary key: through jobs_status it would
+	// scan every pending job.
+	rows, err := tx.QueryContext(ctx, `UPDATE jobs SET status = 'running',
+		status_changed_at = CASE WHEN status = 'running' THEN status_changed_at ELSE ?1 END,
+		updated_at = ?1, attempts = attempts + 1, next_run_at = NULL,
+		attempt_id = 'att_' || lower(hex(randomblob(12))), lease_owner = ?2, lease_expires_at = ?3
+		WHERE id IN (SELECT value ->> 'j' FROM json_each(?4))
+		  AND (+status IN ('pending','retry_wait') OR (+status = 'running' AND lease_expires_at <= ?1))
+		RETURNING `+jobColumns, now, owner, leaseExp, string(arg))
+	if err != nil {
+		return nil, err
+	}
+	claimed := map[string]pipeline.Job{}
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		claimed[j.ID] = j
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE queue_messages SET delivery_count = delivery_count + 1,
+		visible_at = ?, last_delivered_at = ? WHERE id IN (SELECT value ->> 'm' FROM json_each(?))
+		AND job_id IN (SELECT id FROM jobs WHERE id = queue_messages.job_id AND lease_expires_at = ? AND lease_owner = ?)`,
+		leaseExp, now, string(arg), leaseExp, owner); err != nil {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO job_events (job_id, at, kind, from_status, to_status, attempt_id, detail_json)
+		SELECT j.id, ?1, 'status', f.value ->> 'f', 'running', j.attempt_id,
+		       json_object('attempt', j.attempts, 'owner', ?2, 'delivery', f.value ->> 'd')
+		FROM json_each(?3) AS f JOIN jobs AS j ON j.id = f.value ->> 'j'
+		WHERE j.lease_owner = ?2 AND j.lease_expires_at = ?4 AND j.updated_at = ?1
+		ORDER BY f.key`, now, owner, string(arg), leaseExp); err != nil {
+		return nil, err
+	}
+	var out []pipeline.Claimed
+	for _, c := range claims {
+		j, ok := claimed[c.JobID]
+		if !ok {
+			continue
+		}
+		out = append(out, pipeline.Claimed{
+			Job:        j,
+			Lease:      pipeline.Lease{JobID: j.ID, AttemptID: j.AttemptID, Owner: owner, Attempt: j.Attempts, ExpiresAt: fromMS(leaseExp)},
+			MessageID:  c.MsgID,
+			Deliveries: c.Deliveries,
+		})
+	}
+	return out, nil
 }
 
 // poison dead-letters a job whose message keeps coming back unacked.
