@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -389,3 +390,19 @@ func ValidExternalID(id string) bool { return validJobID(id) }
 // MediaTypeIs compares a Content-Type header with want, ignoring parameters
 // and case.
 func MediaTypeIs(header, want string) bool { return mediaTypeIs(header, want) }
+
+// ParseBaseURL reads an adapter's API root (raw, or def when empty): an
+// absolute http(s) URL without credentials or query, its path without a
+// trailing slash. env names the setting in the error.
+func ParseBaseURL(raw, def, env string) (*url.URL, error) {
+	if raw == "" {
+		raw = def
+	}
+	base, err := url.Parse(raw)
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" || base.User != nil || base.RawQuery != "" {
+		return nil, fmt.Errorf("%w: %s must be an absolute http(s) URL without credentials or query, e.g. %s", pipeline.ErrInvalidInput, env, def)
+	}
+	base.Path = strings.TrimRight(base.Path, "/")
+	base.RawPath = ""
+	return base, nil
+}

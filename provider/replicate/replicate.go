@@ -123,15 +123,11 @@ func New(cfg Config) (*Adapter, error) {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", pipeline.ErrInvalidInput, fmt.Sprintf(format, a...))
 	}
-	if cfg.BaseURL == "" {
-		cfg.BaseURL = DefaultBaseURL
+	base, err := provider.ParseBaseURL(cfg.BaseURL, DefaultBaseURL, EnvAPIBase)
+	if err != nil {
+		return nil, err
 	}
-	base, err := url.Parse(cfg.BaseURL)
-	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" || base.User != nil || base.RawQuery != "" {
-		return nil, bad("%s must be an absolute http(s) URL without credentials or query, e.g. %s", EnvAPIBase, DefaultBaseURL)
-	}
-	base.Path = strings.TrimRight(base.Path, "/")
-	base.RawPath = ""
+	cfg.BaseURL = base.String()
 	if cfg.APIToken == "" || strings.ContainsAny(cfg.APIToken, " \t\r\n") {
 		return nil, bad("%s is required: a Replicate API token", EnvAPIToken)
 	}

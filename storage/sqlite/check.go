@@ -115,8 +115,7 @@ func (s *Store) WaivedCalls(ctx context.Context) (map[string]map[string]int, err
 // asset row and whose scene's unit does not hold the artifact made from
 // them. Jobs still in flight are left out: their answer may be on its way
 // to the store.
-const qUnkeptAnswers = `SELECT ` + "c.id, c.job_id, c.scene_index, c.operation, c.provider, c.contract, c.idempotency_key, c.attempt_id, c.status, " +
-	"c.external_job_id, c.http_status, c.error_code, c.intended_at, c.finished_at, c.staged_key, c.model" + `
+var qUnkeptAnswers = `SELECT ` + prefixed("c.", callColumns) + `
 	FROM provider_calls c JOIN jobs j ON j.id = c.job_id
 	WHERE c.status = 'succeeded'
 	  AND j.status IN ('succeeded','needs_review','dead_lettered')
@@ -129,18 +128,5 @@ const qUnkeptAnswers = `SELECT ` + "c.id, c.job_id, c.scene_index, c.operation, 
 // UnkeptAnswers returns the provider calls whose paid answer is kept
 // nowhere durable (invariant 3's second half).
 func (s *Store) UnkeptAnswers(ctx context.Context) ([]pipeline.ProviderCall, error) {
-	rows, err := s.read.QueryContext(ctx, qUnkeptAnswers)
-	if err != nil {
-		return nil, translate(err)
-	}
-	defer rows.Close()
-	var out []pipeline.ProviderCall
-	for rows.Next() {
-		c, err := scanCall(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, translate(rows.Err())
+	return s.queryCalls(ctx, qUnkeptAnswers)
 }

@@ -170,9 +170,14 @@ func scanCall(r rowScanner) (pipeline.ProviderCall, error) {
 // ProviderCalls returns a job's audit trail in order; scene < 0 means all
 // scenes, op "" all operations.
 func (s *Store) ProviderCalls(ctx context.Context, jobID string, scene int, op string) ([]pipeline.ProviderCall, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT `+callColumns+` FROM provider_calls
+	return s.queryCalls(ctx, `SELECT `+callColumns+` FROM provider_calls
 		WHERE job_id = ? AND (? < 0 OR scene_index = ?) AND (? = '' OR operation = ?) ORDER BY id`,
 		jobID, scene, scene, op, op)
+}
+
+// queryCalls runs a query selecting callColumns.
+func (s *Store) queryCalls(ctx context.Context, q string, args ...any) ([]pipeline.ProviderCall, error) {
+	rows, err := s.read.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, translate(err)
 	}
