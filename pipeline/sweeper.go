@@ -25,6 +25,12 @@ type SweepLedger interface {
 	ObjectLedger
 }
 
+// Sweeper defaults (EDGEPIPE_SWEEP_GRACE, EDGEPIPE_SWEEP_INTERVAL).
+const (
+	DefaultSweepGrace    = time.Hour
+	DefaultSweepInterval = 10 * time.Minute
+)
+
 // SweeperConfig configures a Sweeper.
 type SweeperConfig struct {
 	Ledger  SweepLedger
@@ -69,13 +75,13 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 		return nil, errors.New("sweeper: ledger and object store are required")
 	}
 	if cfg.Grace == 0 {
-		cfg.Grace = time.Hour
+		cfg.Grace = DefaultSweepGrace
 	}
 	if cfg.Grace < 0 {
 		return nil, fmt.Errorf("%w: sweeper grace period must not be negative", ErrInvalidInput)
 	}
 	if cfg.Interval == 0 {
-		cfg.Interval = 10 * time.Minute
+		cfg.Interval = DefaultSweepInterval
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = SystemClock{}

@@ -37,12 +37,16 @@ type WorkerConfig struct {
 	Failpoint  Failpoint
 }
 
+// DefaultLeaseFor is a job lease's length unless configured
+// (EDGEPIPE_LEASE).
+const DefaultLeaseFor = 30 * time.Second
+
 func (c *WorkerConfig) setDefaults() {
 	if c.Concurrency == 0 {
 		c.Concurrency = 2
 	}
 	if c.LeaseFor == 0 {
-		c.LeaseFor = 30 * time.Second
+		c.LeaseFor = DefaultLeaseFor
 	}
 	if c.Poll == 0 {
 		c.Poll = 200 * time.Millisecond

@@ -124,11 +124,11 @@ func FromEnv(getenv func(string) string, environ []string) (Config, error) {
 		def  time.Duration
 		min  time.Duration
 	}{
-		{"EDGEPIPE_LEASE", &c.LeaseFor, 30 * time.Second, time.Second},
-		{"EDGEPIPE_SWEEP_INTERVAL", &c.SweepInterval, 10 * time.Minute, time.Second},
-		{"EDGEPIPE_SWEEP_GRACE", &c.SweepGrace, time.Hour, 0},
-		{"EDGEPIPE_RETRY_BASE", &c.RetryBase, 10 * time.Second, time.Millisecond},
-		{"EDGEPIPE_RETRY_CAP", &c.RetryCap, 10 * time.Minute, time.Millisecond},
+		{"EDGEPIPE_LEASE", &c.LeaseFor, pipeline.DefaultLeaseFor, time.Second},
+		{"EDGEPIPE_SWEEP_INTERVAL", &c.SweepInterval, pipeline.DefaultSweepInterval, time.Second},
+		{"EDGEPIPE_SWEEP_GRACE", &c.SweepGrace, pipeline.DefaultSweepGrace, 0},
+		{"EDGEPIPE_RETRY_BASE", &c.RetryBase, pipeline.DefaultRetryPolicy().Base, time.Millisecond},
+		{"EDGEPIPE_RETRY_CAP", &c.RetryCap, pipeline.DefaultRetryPolicy().Cap, time.Millisecond},
 		{"EDGEPIPE_INFRA_RETRY_WINDOW", &c.InfraWindow, pipeline.DefaultInfraWindow, time.Second},
 		{"EDGEPIPE_INFRA_RETRY_CAP", &c.InfraCap, pipeline.DefaultInfraCap, time.Millisecond},
 		{api.EnvHTTPReadHeaderTimeout, &c.HTTP.ReadHeaderTimeout, api.DefaultReadHeaderTimeout, 100 * time.Millisecond},
@@ -140,7 +140,7 @@ func FromEnv(getenv func(string) string, environ []string) (Config, error) {
 			return c, err
 		}
 	}
-	if c.RetryMax, err = intSetting(getenv, "EDGEPIPE_RETRY_MAX_ATTEMPTS", 5, 1, 100); err != nil {
+	if c.RetryMax, err = intSetting(getenv, "EDGEPIPE_RETRY_MAX_ATTEMPTS", pipeline.DefaultRetryPolicy().MaxAttempts, 1, 100); err != nil {
 		return c, err
 	}
 	if c.HTTP.MaxConns, err = intSetting(getenv, api.EnvHTTPMaxConns, api.DefaultMaxConns, 1, api.MaxMaxConns); err != nil {
