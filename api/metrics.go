@@ -91,15 +91,6 @@ func NewMetrics() *Metrics {
 	return m
 }
 
-// Registry is the registry holding this process's series, for callers that
-// add their own collectors.
-func (m *Metrics) Registry() *prometheus.Registry {
-	if m == nil {
-		return nil
-	}
-	return m.reg
-}
-
 // ProviderCall counts a provider call by operation and outcome status
 // (pipeline.Call*).
 func (m *Metrics) ProviderCall(op, status string) {
