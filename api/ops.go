@@ -1,14 +1,11 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"time"
 
 	"github.com/labstack/echo/v4"
-
-	"edgepipe/pipeline"
 )
 
 // healthz is GET /healthz: the process is up and serving.
@@ -44,48 +41,6 @@ func (s *Server) readyz(c echo.Context) error {
 	}
 	c.Response().Header().Set("Cache-Control", "no-store")
 	return c.JSON(code, out)
-}
-
-// Known dead-letter reasons are always reported, at 0 when there are none.
-var deadLetterReasons = []string{pipeline.ReasonUnboundVersion, pipeline.ReasonPoison, pipeline.ReasonRetriesExhausted, pipeline.ReasonInfraUnavailable}
-
-// metrics is GET /metrics in the Prometheus text format: gauges read from
-// the store now, then the in-process counters.
-func (s *Server) metrics(c echo.Context) error {
-	ctx := c.Request().Context()
-	byStatus, err := s.cfg.Store.CountByStatus(ctx)
-	if err != nil {
-		return err
-	}
-	dls, err := s.cfg.Store.CountDeadLetters(ctx)
-	if err != nil {
-		return err
-	}
-	billed, err := s.cfg.Store.CountBilledCalls(ctx)
-	if err != nil {
-		return err
-	}
-	statuses := map[string]int{}
-	for st, n := range byStatus {
-		statuses[string(st)] = n
-	}
-	all := make([]string, len(pipeline.AllStatuses))
-	for i, st := range pipeline.AllStatuses {
-		all[i] = string(st)
-	}
-	var buf bytes.Buffer
-	pw := newPromWriter(&buf)
-	pw.gaugeVec("edgepipe_jobs", "Jobs by status, from the database.", "status", statuses, all)
-	pw.gaugeVec("edgepipe_dead_letters_open", "Dead letters not yet redriven, by reason, from the database.", "reason", dls, deadLetterReasons)
-	pw.gaugeVec("edgepipe_provider_calls_billed", "Provider calls that may have been billed (the audit trail), by operation, from the database.",
-		"operation", billed, []string{pipeline.OpImage, pipeline.OpSpeech, pipeline.OpVideoSubmit})
-	if err := pw.flush(); err != nil {
-		return err
-	}
-	if err := s.cfg.Metrics.WritePrometheus(&buf); err != nil {
-		return err
-	}
-	return c.Blob(http.StatusOK, "text/plain; version=0.0.4; charset=utf-8", buf.Bytes())
 }
 
 // openapi is GET /openapi.yaml: the embedded OpenAPI 3.1 document.

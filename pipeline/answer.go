@@ -125,8 +125,12 @@ const stagedContentType = "application/octet-stream"
 // (ownership → object → asset row) and points the call row at it.
 func (u *unitRun) stage(ctx context.Context, ans *answer, op string, r io.Reader) error {
 	key := u.stagingKey(op, ans.callID)
-	if _, _, err := writeObject(ctx, u.d.Store, u.d.Objects, u.a.lease, u.d.Failpoint, key, KindStaged, stagedContentType, 0, r); err != nil {
+	a, reused, err := writeObject(ctx, u.d.Store, u.d.Objects, u.a.lease, u.d.Failpoint, key, KindStaged, stagedContentType, 0, r)
+	if err != nil {
 		return err
+	}
+	if !reused {
+		u.d.Metrics.BytesUploaded(KindStaged, a.SizeBytes)
 	}
 	ans.staged = key
 	if ans.callID <= 0 {
@@ -182,7 +186,10 @@ func (u *unitRun) store(ctx context.Context, ans *answer, key, kind, contentType
 			return err
 		}
 		defer r.Close()
-		_, _, err = writeObject(ctx, u.d.Store, u.d.Objects, u.a.lease, u.d.Failpoint, key, kind, contentType, 0, r)
+		a, reused, err := writeObject(ctx, u.d.Store, u.d.Objects, u.a.lease, u.d.Failpoint, key, kind, contentType, 0, r)
+		if err == nil && !reused {
+			u.d.Metrics.BytesUploaded(kind, a.SizeBytes)
+		}
 		return err
 	})
 }

@@ -20,6 +20,7 @@ type paidCall struct {
 	u        *unitRun
 	id       int64 // the intent row
 	op       string
+	provider string // ProviderName, for the latency metric
 	contract Contract
 	meta     CallMeta
 	// ctx is what the request and the recording of its outcome run under
@@ -46,7 +47,8 @@ func (u *unitRun) beginCall(ctx context.Context, op string, contract Contract) (
 		return nil, err
 	}
 	p := u.d.Providers
-	id, err := u.d.Store.RecordIntent(ctx, u.a.lease, ProviderCall{Scene: u.unit.Scene, Op: op, Provider: ProviderName(p, op),
+	provider := ProviderName(p, op)
+	id, err := u.d.Store.RecordIntent(ctx, u.a.lease, ProviderCall{Scene: u.unit.Scene, Op: op, Provider: provider,
 		Model: p.Model(op), Contract: contract, IdempotencyKey: meta.IdempotencyKey})
 	if err != nil {
 		return nil, storeErr(err)
@@ -57,13 +59,15 @@ func (u *unitRun) beginCall(ctx context.Context, op string, contract Contract) (
 	if err := u.stopBeforeSend(ctx, id, op); err != nil {
 		return nil, err
 	}
-	return &paidCall{u: u, id: id, op: op, contract: contract, meta: meta, ctx: u.callContext(ctx, contract)}, nil
+	return &paidCall{u: u, id: id, op: op, provider: provider, contract: contract, meta: meta, ctx: u.callContext(ctx, contract)}, nil
 }
 
 // send runs the request under the call's context. A panic inside the
 // adapter is recovered into an unknown outcome: the request may have been
 // sent and billed, so the contract decides (a sync call goes to review).
 func (c *paidCall) send(fn func(ctx context.Context) error) (err error) {
+	start := c.u.d.Clock.Now()
+	defer func() { c.u.d.Metrics.ProviderLatency(c.provider, c.op, c.u.d.Clock.Now().Sub(start)) }()
 	defer func() {
 		if r := recover(); r != nil {
 			c.u.a.log.Error("provider adapter panicked", "op", c.op, "call", c.id, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))

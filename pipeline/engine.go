@@ -82,15 +82,23 @@ type Metrics interface {
 	StageDuration(stage string, d time.Duration)
 	UnitReused(kind string)
 	RetryScheduled(code string)
+	// ProviderLatency observes how long a provider request took, sent to
+	// its answer or failure, by provider name and operation.
+	ProviderLatency(provider, op string, d time.Duration)
+	// JobSettled observes a job its attempt left settled (Status.Settled):
+	// the time from submission to now, and the attempts it took.
+	JobSettled(version string, status Status, sinceSubmitted time.Duration, attempts int)
 }
 
 type nopMetrics struct{}
 
-func (nopMetrics) ProviderCall(string, string)         {}
-func (nopMetrics) BytesUploaded(string, int64)         {}
-func (nopMetrics) StageDuration(string, time.Duration) {}
-func (nopMetrics) UnitReused(string)                   {}
-func (nopMetrics) RetryScheduled(string)               {}
+func (nopMetrics) ProviderCall(string, string)                   {}
+func (nopMetrics) BytesUploaded(string, int64)                   {}
+func (nopMetrics) StageDuration(string, time.Duration)           {}
+func (nopMetrics) UnitReused(string)                             {}
+func (nopMetrics) RetryScheduled(string)                         {}
+func (nopMetrics) ProviderLatency(string, string, time.Duration) {}
+func (nopMetrics) JobSettled(string, Status, time.Duration, int) {}
 
 func (c *EngineConfig) setDefaults() {
 	if c.Retry.MaxAttempts == 0 {

@@ -807,10 +807,12 @@ type retryMetrics struct {
 	codes []string
 }
 
-func (m *retryMetrics) ProviderCall(string, string)         {}
-func (m *retryMetrics) BytesUploaded(string, int64)         {}
-func (m *retryMetrics) StageDuration(string, time.Duration) {}
-func (m *retryMetrics) UnitReused(string)                   {}
+func (m *retryMetrics) ProviderCall(string, string)                            {}
+func (m *retryMetrics) BytesUploaded(string, int64)                            {}
+func (m *retryMetrics) StageDuration(string, time.Duration)                    {}
+func (m *retryMetrics) UnitReused(string)                                      {}
+func (m *retryMetrics) ProviderLatency(string, string, time.Duration)          {}
+func (m *retryMetrics) JobSettled(string, pipeline.Status, time.Duration, int) {}
 func (m *retryMetrics) RetryScheduled(code string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -159,7 +159,7 @@ func finalize(ctx context.Context, d FinalizeDeps, a *attempt, clips []string) (
 		pw.CloseWithError(joinErr)
 	}()
 	src := &failpointReader{r: sourceReader{r: pr}, ctx: ctx, fp: d.Failpoint, name: "mid_upload"}
-	asset, _, err := writeObject(ctx, d.Ledger, d.Objects, a.lease, d.Failpoint, key, "render", "video/mp4", a.board.TotalMS(), src)
+	asset, reused, err := writeObject(ctx, d.Ledger, d.Objects, a.lease, d.Failpoint, key, "render", "video/mp4", a.board.TotalMS(), src)
 	// Whatever happened to the upload, ffmpeg must not outlive it.
 	pr.CloseWithError(errors.New("upload finished"))
 	stopJoin()
@@ -171,7 +171,9 @@ func finalize(ctx context.Context, d FinalizeDeps, a *attempt, clips []string) (
 		}
 		return "", err
 	}
-	d.Metrics.BytesUploaded("render", asset.SizeBytes)
+	if !reused { // a render some other attempt stored was not written again
+		d.Metrics.BytesUploaded("render", asset.SizeBytes)
+	}
 	if err := callFP(ctx, d.Failpoint, "after_asset_before_status"); err != nil {
 		return "", err
 	}

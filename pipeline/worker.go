@@ -276,6 +276,9 @@ func (w *Worker) run(work context.Context, c Claimed) {
 		log.Warn("recording the outcome failed", "status", outcome.Status, "err", err)
 		return
 	}
+	if outcome.Status.Settled() {
+		w.cfg.Engine.cfg.Metrics.JobSettled(c.Job.Version, outcome.Status, w.cfg.Clock.Now().Sub(c.Job.CreatedAt), l.Attempt)
+	}
 	// Only a job over for good drops its kept answers: dead_lettered and
 	// needs_review keep them (Forget checks), since a redrive or a retry
 	// must use a paid answer rather than pay for it again.
