@@ -174,6 +174,15 @@ func (r *Renderer) JoinToStore(ctx context.Context, clipPaths []string, store pi
 	}
 	done := make(chan putResult, 1)
 	go func() {
+		// A panicking store must not take the process down: the join
+		// fails with an error instead.
+		defer func() {
+			if r := recover(); r != nil {
+				err := fmt.Errorf("render: object store panicked: %v", r)
+				pr.CloseWithError(err)
+				done <- putResult{err: err}
+			}
+		}()
 		info, err := store.Put(ctx, key, pr, opts)
 		// Whatever Put did, Join must not block writing to a pipe nobody
 		// reads any more.
@@ -248,7 +257,12 @@ func (r *Renderer) checkClips(ctx context.Context, clipPaths []string) (time.Dur
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(r.cfg.ProbeConcurrency)
 	for i, p := range clipPaths {
-		g.Go(func() error {
+		g.Go(func() (err error) {
+			defer func() {
+				if rec := recover(); rec != nil {
+					err = fmt.Errorf("render: probing clip %d panicked: %v", i, rec)
+				}
+			}()
 			res, err := probe(gctx, r.cfg.FFprobePath, p, false, r.cfg.StderrLimit)
 			if err != nil {
 				var pe *ProcessError
