@@ -405,6 +405,28 @@ func (s *Store) DecideWithReason(ctx context.Context, jobID string, d pipeline.R
 	return job, err
 }
 
+// RecentDecisions returns the jobs operators decided on, latest decision
+// first, at most limit (1 to 500; default 50).
+func (s *Store) RecentDecisions(ctx context.Context, limit int) ([]pipeline.Job, error) {
+	if limit <= 0 || limit > 500 {
+		limit = 50
+	}
+	rows, err := s.read.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE decided_at IS NOT NULL ORDER BY decided_at DESC, id LIMIT ?`, limit)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var out []pipeline.Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, translate(rows.Err())
+}
+
 // failedByOperator is the message of a job an operator failed.
 func failedByOperator(operator, reason string) string {
 	msg := "failed by operator"

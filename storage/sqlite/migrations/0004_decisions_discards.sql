@@ -30,3 +30,6 @@ END;
 CREATE INDEX dead_letters_unsettled ON dead_letters (id) WHERE redriven_at IS NULL AND discarded_at IS NULL;
 CREATE INDEX dead_letters_redriven_at ON dead_letters (redriven_at) WHERE redriven_at IS NOT NULL;
 CREATE INDEX dead_letters_discarded_at ON dead_letters (discarded_at) WHERE discarded_at IS NOT NULL;
+
+-- The operations page lists the latest decisions.
+CREATE INDEX jobs_decided ON jobs (decided_at) WHERE decided_at IS NOT NULL;
