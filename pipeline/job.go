@@ -161,7 +161,7 @@ func (d DeadLetter) Settled() bool { return !d.RedrivenAt.IsZero() || !d.Discard
 
 // DeadLetterFilter selects open dead letters for bulk redrive and discard.
 // Empty fields match everything; OlderThan matches dead letters recorded
-// before that time.
+// at or before that time (so "older than 0s" selects every one).
 type DeadLetterFilter struct {
 	Reason    string
 	Version   string

@@ -84,7 +84,7 @@ func (s *Store) FindDeadLetters(ctx context.Context, f pipeline.DeadLetterFilter
 	}
 	q := `SELECT ` + deadLetterColumns + deadLetterFrom + ` WHERE ` + openDeadLetter + `
 		AND (?1 = '' OR d.reason = ?1) AND (?2 = '' OR j.workflow_version = ?2) AND (?3 = '' OR j.tenant = ?3)
-		AND (?4 = 0 OR d.dead_lettered_at < ?4)
+		AND (?4 = 0 OR d.dead_lettered_at <= ?4)
 		ORDER BY d.id LIMIT ?5`
 	dls, err := s.queryDeadLetters(ctx, s.read, q, f.Reason, f.Version, f.Tenant, older, limit+1)
 	if err != nil {
