@@ -278,9 +278,9 @@ func TestBulkDeadLetters(t *testing.T) {
 	if n := len(decode[DeadLetterList](t, e.do(t, adminJSON(http.MethodGet, "/v1/admin/dead-letters", ""))).DeadLetters); n != 5 {
 		t.Fatalf("dry run changed something: %d open", n)
 	}
-	// By reason and age (older than 2 days: the first three submitted),
+	// By reason and age (older than 49h: the first three submitted),
 	// with a limit: oldest first, and more to do.
-	r = bulk("redrive", `{"filter":{"reason":"unbound_version","older_than":"2d"},"limit":2}`)
+	r = bulk("redrive", `{"filter":{"reason":"unbound_version","older_than":"49h"},"limit":2}`)
 	if r.Action != "redrive" || r.Matched != 2 || r.Done != 2 || !r.More || jobs(r) != "v2-a1:redriven,v2-g1:redriven" {
 		t.Fatalf("redrive by age: %+v", r)
 	}
@@ -289,7 +289,7 @@ func TestBulkDeadLetters(t *testing.T) {
 			t.Fatalf("%s after bulk redrive: %s %s", id, j.Status, j.Queue)
 		}
 	}
-	r = bulk("redrive", `{"filter":{"older_than":"48h"}}`)
+	r = bulk("redrive", `{"filter":{"older_than":"49h"}}`)
 	if r.Matched != 1 || r.Done != 0 || r.Skipped != 1 || jobs(r) != "v3-a2:skipped/version_unbound" {
 		t.Fatalf("unbound: %+v", r)
 	}
