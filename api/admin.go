@@ -44,7 +44,16 @@ type DeadLetter struct {
 	DeadLetteredAt  time.Time  `json:"dead_lettered_at"`
 	RedrivenAt      *time.Time `json:"redriven_at"`
 	RedrivenToQueue string     `json:"redriven_to_queue,omitempty"`
-	Bound           bool       `json:"bound"`
+	// DiscardedAt is when an operator discarded it (DiscardedBy, because of
+	// DiscardReason); a dead letter is redriven or discarded, never both,
+	// and its job stays dead_lettered after a discard.
+	DiscardedAt   *time.Time `json:"discarded_at"`
+	DiscardedBy   string     `json:"discarded_by,omitempty"`
+	DiscardReason string     `json:"discard_reason,omitempty"`
+	// Tenant and Version are the job's.
+	Tenant  string `json:"tenant"`
+	Version string `json:"version"`
+	Bound   bool   `json:"bound"`
 }
 
 // DeadLetterList is a page of dead letters.
@@ -60,6 +69,8 @@ func (s *Server) adminJob(c echo.Context, j pipeline.Job) AdminJob {
 func (s *Server) deadLetter(ctx context.Context, d pipeline.DeadLetter) DeadLetter {
 	return DeadLetter{ID: d.ID, JobID: d.JobID, Queue: d.Queue, Reason: d.Reason, Detail: d.Detail,
 		DeadLetteredAt: d.DeadLetteredAt, RedrivenAt: timePtr(d.RedrivenAt), RedrivenToQueue: d.RedrivenToQueue,
+		DiscardedAt: timePtr(d.DiscardedAt), DiscardedBy: d.DiscardedBy, DiscardReason: d.DiscardReason,
+		Tenant: d.Tenant, Version: d.Version,
 		Bound: !s.route(ctx, d.JobID).DeadLetter}
 }
 
@@ -117,7 +128,9 @@ func bodyless(r *http.Request) bool {
 }
 
 // adminDecide is POST /v1/admin/jobs/{id}/decision with {"decision":
-// "retry"|"fail"} for a job in needs_review (409 otherwise).
+// "retry"|"fail", "reason": optional text} for a job in needs_review (409
+// otherwise). The decision, the operator and the reason are recorded on the
+// job and in its decision event.
 func (s *Server) adminDecide(c echo.Context) error {
 	form, err := adminPost(c)
 	if err != nil {
@@ -125,25 +138,33 @@ func (s *Server) adminDecide(c echo.Context) error {
 	}
 	var body struct {
 		Decision string `json:"decision"`
+		Reason   string `json:"reason"`
 	}
 	if form {
-		body.Decision = c.FormValue("decision")
+		body.Decision, body.Reason = c.FormValue("decision"), strings.TrimSpace(c.FormValue("reason"))
 	} else if err := decodeStrict(c.Request().Body, &body); err != nil {
 		return err
 	}
 	d := pipeline.ReviewDecision(body.Decision)
+	var fields []pipeline.FieldError
 	if d != pipeline.DecisionRetry && d != pipeline.DecisionFail {
-		return fieldError("decision", "must be retry or fail")
+		fields = append(fields, pipeline.FieldError{Field: "decision", Message: "must be retry or fail"})
+	}
+	if msg := checkReason(body.Reason, false); msg != "" {
+		fields = append(fields, pipeline.FieldError{Field: "reason", Message: msg})
+	}
+	if len(fields) > 0 {
+		return &pipeline.ValidationError{Fields: fields}
 	}
 	id := c.Param("id")
 	if id == "" || len(id) > routing.MaxIDLen {
 		return pipeline.ErrNotFound
 	}
-	j, err := s.cfg.Store.Decide(c.Request().Context(), id, d, operatorOf(c))
+	j, err := s.cfg.Store.DecideWithReason(c.Request().Context(), id, d, operatorOf(c), body.Reason)
 	if err != nil {
 		return err
 	}
-	s.log.Info("operator decision", "job", j.ID, "decision", d, "operator", operatorOf(c))
+	s.log.Info("operator decision", "job", j.ID, "decision", d, "operator", operatorOf(c), "reason", body.Reason)
 	if form {
 		return backToPage(c, fmt.Sprintf("Job %s: %s recorded.", j.ID, d))
 	}
@@ -253,7 +274,10 @@ func backToPage(c echo.Context, msg string) error {
 }
 
 // doneMessage matches exactly the messages backToPage is given.
-var doneMessage = regexp.MustCompile(`^(Job [A-Za-z0-9_-]{1,64}: (retry|fail) recorded\.|Dead letter [0-9]{1,19}: job [A-Za-z0-9_-]{1,64} redriven to [A-Za-z0-9_-]{1,80}\.)$`)
+var doneMessage = regexp.MustCompile(`^(Job [A-Za-z0-9_-]{1,64}: (retry|fail) recorded\.` +
+	`|Dead letter [0-9]{1,19}: job [A-Za-z0-9_-]{1,64} redriven to [A-Za-z0-9_-]{1,80}\.` +
+	`|Dead letter [0-9]{1,19}: discarded\.` +
+	`|(Redrove|Discarded|Would redrive|Would discard) [0-9]{1,4} dead letters; skipped [0-9]{1,4}\.( More match: repeat\.)?)$`)
 
 // adminPageData feeds templates/admin.html.
 type adminPageData struct {
@@ -266,7 +290,12 @@ type adminPageData struct {
 	MoreJobs    bool
 	DeadLetters []DeadLetter
 	MoreDL      bool
-	Bindings    string
+	// Settled are recently redriven or discarded dead letters.
+	Settled []DeadLetter
+	// Decisions are the latest operator decisions.
+	Decisions []AdminJob
+	Reasons   []string
+	Bindings  string
 }
 
 type statusCount struct {
@@ -314,6 +343,24 @@ func (s *Server) adminPage(c echo.Context) error {
 		data.DeadLetters = append(data.DeadLetters, s.deadLetter(c.Request().Context(), d))
 	}
 	data.NeedYou = len(data.Jobs) + len(data.DeadLetters)
+	const recentRows = 20
+	all, err := s.cfg.Store.ListDeadLetters(ctx, true, 0, pageRows)
+	if err != nil {
+		return err
+	}
+	for _, d := range all {
+		if d.Settled() && len(data.Settled) < recentRows {
+			data.Settled = append(data.Settled, s.deadLetter(ctx, d))
+		}
+	}
+	decided, err := s.cfg.Store.RecentDecisions(ctx, recentRows)
+	if err != nil {
+		return err
+	}
+	for _, j := range decided {
+		data.Decisions = append(data.Decisions, s.adminJob(c, j))
+	}
+	data.Reasons = deadLetterReasons
 	var buf bytes.Buffer
 	if err := s.admin.Execute(&buf, data); err != nil {
 		return err

@@ -31,6 +31,9 @@ func TestEveryOperationAuthenticates(t *testing.T) {
 		{method: http.MethodPost, path: "/v1/admin/jobs/v1-x/decision", body: `{"decision":"fail"}`, hdr: map[string]string{"Content-Type": "application/json"}},
 		{method: http.MethodGet, path: "/v1/admin/dead-letters"},
 		{method: http.MethodPost, path: "/v1/admin/dead-letters/1/redrive"},
+		{method: http.MethodPost, path: "/v1/admin/dead-letters/1/discard", body: `{"reason":"x"}`, hdr: map[string]string{"Content-Type": "application/json"}},
+		{method: http.MethodPost, path: "/v1/admin/dead-letters/redrive", body: `{"filter":{"tenant":"acme"}}`, hdr: map[string]string{"Content-Type": "application/json"}},
+		{method: http.MethodPost, path: "/v1/admin/dead-letters/discard", body: `{"filter":{"tenant":"acme"},"reason":"x"}`, hdr: map[string]string{"Content-Type": "application/json"}},
 		{method: http.MethodGet, path: "/admin"},
 	}
 	for _, r := range append(append([]req{}, tenantOps...), adminOps...) {
@@ -58,7 +61,8 @@ func TestEveryOperationAuthenticates(t *testing.T) {
 		}
 	}
 	big := `{"decision":"retry","pad":"` + strings.Repeat("x", int(DefaultMaxBodyBytes)) + `"}`
-	for _, path := range []string{"/v1/admin/jobs/v1-x/decision", "/v1/admin/dead-letters/1/redrive"} {
+	for _, path := range []string{"/v1/admin/jobs/v1-x/decision", "/v1/admin/dead-letters/1/redrive", "/v1/admin/dead-letters/1/discard",
+		"/v1/admin/dead-letters/redrive", "/v1/admin/dead-letters/discard"} {
 		w := e.do(t, adminJSON(http.MethodPost, path, big))
 		if w.Code != http.StatusRequestEntityTooLarge || problemOf(t, w).Code != "payload_too_large" {
 			t.Fatalf("%s: %d %s", path, w.Code, w.Body)

@@ -148,6 +148,9 @@ func TestSlowlorisBodyIsCut(t *testing.T) {
 		{"/v1/jobs", "Bearer " + tokAcme, validBody},
 		// Padded so that trickling it takes well over ReadTimeout.
 		{"/v1/admin/jobs/v1-x/decision", "Bearer " + tokAdmin, `{"decision":"retry"` + strings.Repeat(" ", 80) + `}`},
+		{"/v1/admin/dead-letters/1/discard", "Bearer " + tokAdmin, `{"reason":"x"` + strings.Repeat(" ", 80) + `}`},
+		{"/v1/admin/dead-letters/redrive", "Bearer " + tokAdmin, `{"filter":{"tenant":"acme"}` + strings.Repeat(" ", 80) + `}`},
+		{"/v1/admin/dead-letters/discard", "Bearer " + tokAdmin, `{"filter":{"tenant":"acme"},"reason":"x"` + strings.Repeat(" ", 80) + `}`},
 	} {
 		c := dial(t, addr)
 		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: %s\r\nContent-Type: application/json\r\nIdempotency-Key: slow-1\r\nContent-Length: %d\r\n\r\n",

@@ -37,7 +37,19 @@ type JobResource struct {
 	WaitingSince *time.Time `json:"waiting_since"`
 	Error        *JobError  `json:"error"`
 	Result       *Result    `json:"result"`
-	Links        Links      `json:"links"`
+	// Decision is the last decision an operator took on the job while it
+	// was in needs_review; null when none was taken.
+	Decision *Decision `json:"decision"`
+	Links    Links     `json:"links"`
+}
+
+// Decision is an operator's decision on a job: retry or fail, who took it,
+// why (empty when no reason was given) and when.
+type Decision struct {
+	Decision pipeline.ReviewDecision `json:"decision"`
+	Operator string                  `json:"operator"`
+	Reason   string                  `json:"reason"`
+	At       time.Time               `json:"at"`
 }
 
 // Progress is how far the job got: units are scenes.
@@ -102,6 +114,9 @@ func (s *Server) resource(c echo.Context, j pipeline.Job, brief bool) JobResourc
 	}
 	if j.LastErrorCode != "" || j.LastErrorMessage != "" {
 		r.Error = &JobError{Class: j.LastErrorClass, Code: j.LastErrorCode, Message: j.LastErrorMessage}
+	}
+	if j.Decision.Kind != "" {
+		r.Decision = &Decision{Decision: j.Decision.Kind, Operator: j.Decision.Operator, Reason: j.Decision.Reason, At: j.Decision.At}
 	}
 	if !j.Status.Terminal() {
 		r.Links.Cancel = self + "/cancellation"

@@ -105,6 +105,9 @@ func TestOpenAPIDocumentsTestedStatusCodes(t *testing.T) {
 		"get /v1/jobs/{id}/result":                 {"200", "206", "302", "304", "404", "409", "416"},
 		"post /v1/admin/jobs/{id}/decision":        {"200", "303", "400", "401", "403", "404", "409", "415"},
 		"post /v1/admin/dead-letters/{id}/redrive": {"200", "303", "404", "409", "415"},
+		"post /v1/admin/dead-letters/{id}/discard": {"200", "303", "400", "404", "409", "415"},
+		"post /v1/admin/dead-letters/redrive":      {"200", "303", "400"},
+		"post /v1/admin/dead-letters/discard":      {"200", "303", "400"},
 		"get /readyz":                              {"200", "503"},
 	}
 	for op, codes := range want {

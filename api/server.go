@@ -32,10 +32,13 @@ type Store interface {
 	RequestCancel(ctx context.Context, tenant, id string) (pipeline.Job, error)
 	GetAsset(ctx context.Context, key string) (pipeline.Asset, error)
 
-	Decide(ctx context.Context, id string, d pipeline.ReviewDecision, operator string) (pipeline.Job, error)
-	ListDeadLetters(ctx context.Context, includeRedriven bool, afterID int64, limit int) ([]pipeline.DeadLetter, error)
+	DecideWithReason(ctx context.Context, id string, d pipeline.ReviewDecision, operator, reason string) (pipeline.Job, error)
+	RecentDecisions(ctx context.Context, limit int) ([]pipeline.Job, error)
+	ListDeadLetters(ctx context.Context, includeSettled bool, afterID int64, limit int) ([]pipeline.DeadLetter, error)
+	FindDeadLetters(ctx context.Context, f pipeline.DeadLetterFilter, limit int) ([]pipeline.DeadLetter, bool, error)
 	GetDeadLetter(ctx context.Context, id int64) (pipeline.DeadLetter, error)
 	Redrive(ctx context.Context, deadLetterID int64, queue, operator string) (pipeline.Job, error)
+	DiscardDeadLetter(ctx context.Context, deadLetterID int64, operator, reason string) (pipeline.DeadLetter, error)
 
 	CountByStatus(ctx context.Context) (map[pipeline.Status]int, error)
 	CountDeadLetters(ctx context.Context) (map[string]int, error)
@@ -144,6 +147,9 @@ func (s *Server) routes() *echo.Echo {
 	adm.POST("/jobs/:id/decision", s.adminDecide)
 	adm.GET("/dead-letters", s.adminDeadLetters)
 	adm.POST("/dead-letters/:id/redrive", s.adminRedrive)
+	adm.POST("/dead-letters/:id/discard", s.adminDiscard)
+	adm.POST("/dead-letters/redrive", s.adminBulkRedrive)
+	adm.POST("/dead-letters/discard", s.adminBulkDiscard)
 	e.GET("/admin", s.adminPage, s.requireAdmin)
 	s.methods = routeTable(e.Routes())
 	return e

@@ -46,11 +46,11 @@ func (f *failingStore) RequestCancel(ctx context.Context, tenant, id string) (pi
 	return f.Store.RequestCancel(ctx, tenant, id)
 }
 
-func (f *failingStore) Decide(ctx context.Context, id string, d pipeline.ReviewDecision, op string) (pipeline.Job, error) {
+func (f *failingStore) DecideWithReason(ctx context.Context, id string, d pipeline.ReviewDecision, op, reason string) (pipeline.Job, error) {
 	if f.err != nil {
 		return pipeline.Job{}, f.err
 	}
-	return f.Store.Decide(ctx, id, d, op)
+	return f.Store.DecideWithReason(ctx, id, d, op, reason)
 }
 
 func (f *failingStore) ListDeadLetters(ctx context.Context, incl bool, after int64, limit int) ([]pipeline.DeadLetter, error) {
@@ -58,6 +58,13 @@ func (f *failingStore) ListDeadLetters(ctx context.Context, incl bool, after int
 		return nil, f.err
 	}
 	return f.Store.ListDeadLetters(ctx, incl, after, limit)
+}
+
+func (f *failingStore) FindDeadLetters(ctx context.Context, df pipeline.DeadLetterFilter, limit int) ([]pipeline.DeadLetter, bool, error) {
+	if f.err != nil {
+		return nil, false, f.err
+	}
+	return f.Store.FindDeadLetters(ctx, df, limit)
 }
 
 func (f *failingStore) GetDeadLetter(ctx context.Context, id int64) (pipeline.DeadLetter, error) {
@@ -96,6 +103,9 @@ func TestStoreFailuresAreProblems(t *testing.T) {
 		{method: http.MethodPost, path: "/v1/admin/jobs/" + j.ID + "/decision", body: `{"decision":"retry"}`, hdr: adminJSONHdr},
 		{method: http.MethodGet, path: "/v1/admin/dead-letters", hdr: adminHdr},
 		{method: http.MethodPost, path: "/v1/admin/dead-letters/1/redrive", hdr: adminHdr},
+		{method: http.MethodPost, path: "/v1/admin/dead-letters/1/discard", body: `{"reason":"x"}`, hdr: adminJSONHdr},
+		{method: http.MethodPost, path: "/v1/admin/dead-letters/redrive", body: `{"filter":{"tenant":"acme"}}`, hdr: adminJSONHdr},
+		{method: http.MethodPost, path: "/v1/admin/dead-letters/discard", body: `{"filter":{"tenant":"acme"},"reason":"x"}`, hdr: adminJSONHdr},
 		{method: http.MethodGet, path: "/admin", hdr: adminHdr},
 		{method: http.MethodGet, path: "/metrics"},
 	}

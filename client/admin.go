@@ -33,8 +33,9 @@ const (
 
 // Decide is POST /v1/admin/jobs/{id}/decision for a job in needs_review
 // (ErrInvalidTransition, or ErrJobTerminal, otherwise). reason, when not
-// empty, is sent as the decision's "reason"; a server that does not record
-// reasons refuses it as an unknown field (ErrInvalid) rather than drop it.
+// empty, is sent as the decision's "reason" and recorded with it (the
+// job's Decision); an older server that does not record reasons refuses it
+// as an unknown field (ErrInvalid) rather than drop it.
 func (c *Client) Decide(ctx context.Context, id string, d Decision, reason string) (AdminJob, error) {
 	body := map[string]string{"decision": string(d)}
 	if reason != "" {
@@ -86,4 +87,61 @@ func (c *Client) Redrive(ctx context.Context, deadLetterID int64) (AdminJob, err
 	_, err := c.doJSON(ctx, http.MethodPost, c.endpoint(nil, "v1", "admin", "dead-letters", strconv.FormatInt(deadLetterID, 10), "redrive"),
 		nil, []byte("{}"), &j)
 	return j, err
+}
+
+// DiscardDeadLetter is POST /v1/admin/dead-letters/{id}/discard: the dead
+// letter is settled without a redrive (its job stays dead_lettered) and
+// the discard is audited with reason, which is required. A dead letter
+// already redriven or discarded is refused (ErrDeadLetterSettled).
+func (c *Client) DiscardDeadLetter(ctx context.Context, deadLetterID int64, reason string) (DeadLetter, error) {
+	raw, err := json.Marshal(map[string]string{"reason": reason})
+	if err != nil {
+		return DeadLetter{}, err
+	}
+	var d DeadLetter
+	_, err = c.doJSON(ctx, http.MethodPost, c.endpoint(nil, "v1", "admin", "dead-letters", strconv.FormatInt(deadLetterID, 10), "discard"),
+		nil, raw, &d)
+	return d, err
+}
+
+// BulkOptions tune a bulk redrive or discard.
+type BulkOptions struct {
+	// Limit is how many dead letters one call acts on, oldest first (1 to
+	// 500; the server's default, 100, when 0). The result's More says
+	// whether more match.
+	Limit int
+	// DryRun reports what would be done and changes nothing.
+	DryRun bool
+}
+
+type bulkBody struct {
+	Filter DeadLetterFilter `json:"filter"`
+	Reason string           `json:"reason,omitempty"`
+	Limit  int              `json:"limit,omitempty"`
+	DryRun bool             `json:"dry_run,omitempty"`
+}
+
+func (c *Client) bulk(ctx context.Context, action string, b bulkBody) (DeadLetterBulkResult, error) {
+	raw, err := json.Marshal(b)
+	if err != nil {
+		return DeadLetterBulkResult{}, err
+	}
+	var r DeadLetterBulkResult
+	_, err = c.doJSON(ctx, http.MethodPost, c.endpoint(nil, "v1", "admin", "dead-letters", action), nil, raw, &r)
+	return r, err
+}
+
+// RedriveDeadLetters is POST /v1/admin/dead-letters/redrive: every open
+// dead letter f selects (at least one field; OlderThan "0s" selects all)
+// is redriven, oldest first, up to the limit; those whose version is still
+// not bound are skipped. The result says how many and which.
+func (c *Client) RedriveDeadLetters(ctx context.Context, f DeadLetterFilter, o BulkOptions) (DeadLetterBulkResult, error) {
+	return c.bulk(ctx, "redrive", bulkBody{Filter: f, Limit: o.Limit, DryRun: o.DryRun})
+}
+
+// DiscardDeadLetters is POST /v1/admin/dead-letters/discard: every open
+// dead letter f selects is discarded with reason (required), oldest first,
+// up to the limit. The result says how many and which.
+func (c *Client) DiscardDeadLetters(ctx context.Context, f DeadLetterFilter, reason string, o BulkOptions) (DeadLetterBulkResult, error) {
+	return c.bulk(ctx, "discard", bulkBody{Filter: f, Reason: reason, Limit: o.Limit, DryRun: o.DryRun})
 }

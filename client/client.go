@@ -47,6 +47,15 @@ type (
 	DeadLetter = api.DeadLetter
 	// DeadLetterList is a page of dead letters.
 	DeadLetterList = api.DeadLetterList
+	// JobDecision is an operator's recorded decision on a job.
+	JobDecision = api.Decision
+	// DeadLetterFilter selects open dead letters for a bulk redrive or
+	// discard.
+	DeadLetterFilter = api.DeadLetterFilter
+	// DeadLetterBulkResult answers a bulk redrive or discard.
+	DeadLetterBulkResult = api.DeadLetterBulkResult
+	// DeadLetterBulkItem is one dead letter's outcome in a bulk call.
+	DeadLetterBulkItem = api.DeadLetterBulkItem
 	// Problem is an error answer's body.
 	Problem = api.Problem
 	// Status is a job status.

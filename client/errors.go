@@ -35,14 +35,15 @@ var (
 	// different request (422).
 	ErrIdempotencyKeyReused = errors.New("idempotency key reused with a different request")
 	// ErrConflict: the resource's state does not allow the request (409).
-	// ErrJobTerminal, ErrInvalidTransition, ErrVersionUnbound and
-	// ErrInstanceIDTaken are the specific cases; each also matches
-	// ErrConflict.
+	// ErrJobTerminal, ErrInvalidTransition, ErrVersionUnbound,
+	// ErrInstanceIDTaken and ErrDeadLetterSettled are the specific cases;
+	// each also matches ErrConflict.
 	ErrConflict          = errors.New("conflict")
 	ErrJobTerminal       = errors.New("job already finished")
 	ErrInvalidTransition = errors.New("job status does not allow this")
 	ErrVersionUnbound    = errors.New("workflow version not bound")
 	ErrInstanceIDTaken   = errors.New("instance id already in use")
+	ErrDeadLetterSettled = errors.New("dead letter already redriven or discarded")
 	// ErrResultNotReady: the job has no result (yet); it matches
 	// ErrConflict too.
 	ErrResultNotReady = errors.New("no result yet")
@@ -69,6 +70,7 @@ var codeSentinels = map[string][]error{
 	"job_terminal":            {ErrJobTerminal, ErrConflict},
 	"invalid_transition":      {ErrInvalidTransition, ErrConflict},
 	"version_unbound":         {ErrVersionUnbound, ErrConflict},
+	"dead_letter_settled":     {ErrDeadLetterSettled, ErrConflict},
 	"instance_id_taken":       {ErrInstanceIDTaken, ErrConflict},
 	"already_exists":          {ErrConflict},
 	"lease_lost":              {ErrConflict},

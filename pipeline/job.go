@@ -45,6 +45,17 @@ type Job struct {
 	// retry window is measured from it. While it is set and the job waits
 	// in retry_wait, the job is "waiting for storage".
 	InfraSince time.Time
+	// Decision is the last operator decision taken on the job while it was
+	// in needs_review (zero Kind when there was none).
+	Decision JobDecision
+}
+
+// JobDecision is an operator's decision on a job: what, who, why, when.
+type JobDecision struct {
+	Kind     ReviewDecision
+	Operator string
+	Reason   string
+	At       time.Time
 }
 
 // WaitingForInfra reports whether the job is backing off because edgepipe's
@@ -109,11 +120,14 @@ const (
 	EventCancelRequested = "cancel_requested"
 	EventRedriven        = "redriven"
 	EventDecision        = "decision"
-	EventStageStarted    = "stage_started"
-	EventStageFinished   = "stage_finished"
-	EventUnitGenerated   = "unit_generated"
-	EventUnitReused      = "unit_reused"
-	EventUnitSubmitted   = "unit_submitted"
+	// EventDeadLetterDiscarded records an operator discarding a job's dead
+	// letter; the job stays dead_lettered.
+	EventDeadLetterDiscarded = "dead_letter_discarded"
+	EventStageStarted        = "stage_started"
+	EventStageFinished       = "stage_finished"
+	EventUnitGenerated       = "unit_generated"
+	EventUnitReused          = "unit_reused"
+	EventUnitSubmitted       = "unit_submitted"
 	// EventCallWaived records, per call, that an operator's retry accepted
 	// paying for it again (the audit of that decision).
 	EventCallWaived = "call_waived"
@@ -131,4 +145,31 @@ type DeadLetter struct {
 	DeadLetteredAt  time.Time
 	RedrivenAt      time.Time
 	RedrivenToQueue string
+	// DiscardedAt is when an operator discarded it (zero when not), by
+	// DiscardedBy, because of DiscardReason. A dead letter is settled by a
+	// redrive or a discard, never both.
+	DiscardedAt   time.Time
+	DiscardedBy   string
+	DiscardReason string
+	// Tenant and Version are the job's, for filters.
+	Tenant  string
+	Version string
+}
+
+// Settled reports whether the dead letter was redriven or discarded.
+func (d DeadLetter) Settled() bool { return !d.RedrivenAt.IsZero() || !d.DiscardedAt.IsZero() }
+
+// DeadLetterFilter selects open dead letters for bulk redrive and discard.
+// Empty fields match everything; OlderThan matches dead letters recorded
+// at or before that time (so "older than 0s" selects every one).
+type DeadLetterFilter struct {
+	Reason    string
+	Version   string
+	Tenant    string
+	OlderThan time.Time
+}
+
+// Empty reports whether the filter selects every open dead letter.
+func (f DeadLetterFilter) Empty() bool {
+	return f.Reason == "" && f.Version == "" && f.Tenant == "" && f.OlderThan.IsZero()
 }

@@ -31,6 +31,15 @@ const (
 	DefaultSweepInterval = 10 * time.Minute
 )
 
+// DeadLetterPurger deletes dead letters settled (redriven or discarded)
+// before cutoff; jobs and their events are never deleted.
+type DeadLetterPurger interface {
+	PurgeSettledDeadLetters(ctx context.Context, cutoff time.Time) (int, error)
+}
+
+// DefaultDeadLetterRetention is how long settled dead letters are kept.
+const DefaultDeadLetterRetention = 30 * 24 * time.Hour
+
 // SweeperConfig configures a Sweeper.
 type SweeperConfig struct {
 	Ledger  SweepLedger
@@ -41,6 +50,12 @@ type SweeperConfig struct {
 	Grace time.Duration
 	// Interval between runs when started (default 10 min).
 	Interval time.Duration
+	// DeadLetters, when set, has every sweep delete dead letters settled
+	// (redriven or discarded) more than DeadLetterRetention ago.
+	DeadLetters DeadLetterPurger
+	// DeadLetterRetention (default DefaultDeadLetterRetention); negative
+	// keeps settled dead letters forever.
+	DeadLetterRetention time.Duration
 	// DryRun reports what would be removed and removes nothing.
 	DryRun bool
 	Clock  Clock
@@ -59,6 +74,9 @@ type SweepReport struct {
 	// StagedFinal counts staged answers of final jobs: released, or in a
 	// dry run, that would be.
 	StagedFinal int `json:"staged_final"`
+	// DeadLettersPurged counts settled dead letters deleted by retention
+	// (not inspected in a dry run).
+	DeadLettersPurged int `json:"dead_letters_purged"`
 }
 
 // Sweeper removes objects that no asset row or live claim refers to, and
@@ -82,6 +100,9 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultSweepInterval
+	}
+	if cfg.DeadLetterRetention == 0 {
+		cfg.DeadLetterRetention = DefaultDeadLetterRetention
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = SystemClock{}
@@ -173,8 +194,16 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 		}
 		rep.AbortedUploads = n
 	}
+	if !s.cfg.DryRun && s.cfg.DeadLetters != nil && s.cfg.DeadLetterRetention > 0 {
+		n, err := s.cfg.DeadLetters.PurgeSettledDeadLetters(ctx, s.cfg.Clock.Now().Add(-s.cfg.DeadLetterRetention))
+		if err != nil {
+			return rep, fmt.Errorf("sweep: purge settled dead letters: %w", err)
+		}
+		rep.DeadLettersPurged = n
+	}
 	s.cfg.Logger.Info("sweep finished", "scanned", rep.Scanned, "deleted", rep.Deleted, "orphans", len(rep.Orphans),
-		"stale_claims", rep.StaleClaims, "staged_final", rep.StagedFinal, "aborted_uploads", rep.AbortedUploads, "dry_run", rep.DryRun)
+		"stale_claims", rep.StaleClaims, "staged_final", rep.StagedFinal, "aborted_uploads", rep.AbortedUploads,
+		"dead_letters_purged", rep.DeadLettersPurged, "dry_run", rep.DryRun)
 	return rep, nil
 }
 

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -11,7 +13,7 @@ import (
 )
 
 func init() {
-	register("dlq", "list dead letters or redrive one (operator token)",
+	register("dlq", "list dead letters; redrive or discard one, or many by filter (operator token)",
 		func(ctx context.Context, args []string) error { return osEnv().dlq(ctx, args) })
 }
 
@@ -22,19 +24,38 @@ Operator commands for the dead-letter queue; they use the operator token
   dlq list [--all] [--limit N] [--after ID] [--json]
       Dead letters, newest first (GET /v1/admin/dead-letters). BOUND says
       whether the job's version is served now, i.e. whether a redrive can
-      succeed.
+      succeed. --all includes settled ones (redriven or discarded).
   dlq redrive DEAD_LETTER_ID [--json]
       Puts the job back on its own version's queue (POST
       /v1/admin/dead-letters/{id}/redrive). A version that is still not
-      bound is refused (version_unbound) and nothing changes.`
+      bound is refused (version_unbound) and nothing changes.
+  dlq discard DEAD_LETTER_ID --reason TEXT [--json]
+      Settles the dead letter without a redrive (POST
+      /v1/admin/dead-letters/{id}/discard): the job stays dead_lettered,
+      stops asking for an operator, and the discard is recorded with the
+      reason in its events.
+  dlq redrive --filter F [--limit N] [--dry-run] [--json]
+  dlq discard --filter F --reason TEXT [--limit N] [--dry-run] [--json]
+      The same for every open dead letter the filter selects, oldest first,
+      at most --limit per run (POST /v1/admin/dead-letters/redrive and
+      /discard). F is comma-separated key=value pairs, all of which must
+      match: reason=unbound_version|poison|retries_exhausted|
+      infrastructure_unavailable, version=v2, tenant=NAME, older-than=72h
+      (a duration or whole days: 7d; older-than=0s selects every open dead
+      letter). Prints how many matched and each one's outcome; dead
+      letters of a version still not bound are skipped by a redrive.
+
+Settled dead letters (redriven or discarded) are deleted after
+EDGEPIPE_DLQ_RETENTION by the server's sweeper (and by edgepipe sweep);
+jobs and their events are kept.`
 
 func (e *cliEnv) dlq(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
-		fs := newFlags("dlq", "list|redrive ...", dlqHelp)
+		fs := newFlags("dlq", "list|redrive|discard ...", dlqHelp)
 		fs.SetOutput(e.stderr)
 		fs.Usage()
 		if len(args) == 0 {
-			return fmt.Errorf("%w: missing list or redrive", errUsage)
+			return fmt.Errorf("%w: missing list, redrive or discard", errUsage)
 		}
 		return nil
 	}
@@ -42,17 +63,20 @@ func (e *cliEnv) dlq(ctx context.Context, args []string) error {
 	case "list":
 		return e.dlqList(ctx, args[1:])
 	case "redrive":
-		return e.dlqRedrive(ctx, args[1:])
+		return e.dlqAct(ctx, false, args[1:])
+	case "discard":
+		return e.dlqAct(ctx, true, args[1:])
 	}
-	return fmt.Errorf("%w: unknown dlq command %q (want list or redrive)", errUsage, args[0])
+	return fmt.Errorf("%w: unknown dlq command %q (want list, redrive or discard)", errUsage, args[0])
 }
 
 func (e *cliEnv) dlqList(ctx context.Context, args []string) error {
 	fs := newFlags("dlq list", "[--all] [--limit N] [--after ID] [--json]", `
-Lists dead letters, newest first. Without --all only those not yet redriven.`)
+Lists dead letters, newest first. Without --all only open ones (neither
+redriven nor discarded).`)
 	fs.SetOutput(e.stderr)
 	cf := addClientFlags(fs, true)
-	all := fs.Bool("all", false, "include dead letters already redriven")
+	all := fs.Bool("all", false, "include dead letters already redriven or discarded")
 	limit := fs.Int("limit", 100, "at most this many (1-500)")
 	after := fs.Int64("after", 0, "continue below this dead letter id (the \"more\" hint of the previous page)")
 	asJSON := fs.Bool("json", false, "print the page as JSON")
@@ -83,7 +107,7 @@ Lists dead letters, newest first. Without --all only those not yet redriven.`)
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tJOB\tREASON\tQUEUE\tDEAD-LETTERED\tBOUND\tREDRIVEN\tDETAIL")
+	fmt.Fprintln(tw, "ID\tJOB\tREASON\tQUEUE\tDEAD-LETTERED\tBOUND\tSETTLED\tDETAIL")
 	for _, d := range page.DeadLetters {
 		bound, redriven := "no", "-"
 		if d.Bound {
@@ -94,6 +118,9 @@ Lists dead letters, newest first. Without --all only those not yet redriven.`)
 			if d.RedrivenToQueue != "" {
 				redriven += " → " + clean(d.RedrivenToQueue, 40)
 			}
+		}
+		if d.DiscardedAt != nil {
+			redriven = "discarded " + d.DiscardedAt.UTC().Format(time.RFC3339) + " by " + clean(d.DiscardedBy, 64) + ": " + clean(d.DiscardReason, 80)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, clean(d.JobID, 64), clean(d.Reason, 32),
 			firstNonEmpty(clean(d.Queue, 40), "-"), d.DeadLetteredAt.UTC().Format(time.RFC3339), bound, redriven, clean(d.Detail, 120))
@@ -114,27 +141,132 @@ Lists dead letters, newest first. Without --all only those not yet redriven.`)
 	return nil
 }
 
-func (e *cliEnv) dlqRedrive(ctx context.Context, args []string) error {
-	fs := newFlags("dlq redrive", "DEAD_LETTER_ID [--json]", `
-Redrives a dead letter: its job goes back to its own version's queue, as
-pending. A dead letter is redriven at most once.`)
+// parseDLQFilter reads --filter's key=value pairs.
+func parseDLQFilter(v string) (client.DeadLetterFilter, error) {
+	var f client.DeadLetterFilter
+	seen := map[string]bool{}
+	for part := range strings.SplitSeq(v, ",") {
+		k, val, ok := strings.Cut(strings.TrimSpace(part), "=")
+		k, val = strings.TrimSpace(k), strings.TrimSpace(val)
+		if !ok || val == "" {
+			return f, fmt.Errorf("%w: --filter: %q is not key=value (keys: reason, version, tenant, older-than)", errUsage, part)
+		}
+		if seen[k] {
+			return f, fmt.Errorf("%w: --filter: %s given twice", errUsage, k)
+		}
+		seen[k] = true
+		switch k {
+		case "reason":
+			f.Reason = val
+		case "version":
+			f.Version = val
+		case "tenant":
+			f.Tenant = val
+		case "older-than", "older_than":
+			f.OlderThan = val
+		default:
+			return f, fmt.Errorf("%w: --filter: unknown key %q (keys: reason, version, tenant, older-than)", errUsage, k)
+		}
+	}
+	return f, nil
+}
+
+func (e *cliEnv) dlqAct(ctx context.Context, discard bool, args []string) error {
+	name, usage, what := "dlq redrive", "DEAD_LETTER_ID | --filter F [--limit N] [--dry-run] [--json]", `
+Redrives a dead letter, or every open one --filter selects: its job goes
+back to its own version's queue, as pending. A dead letter is settled
+(redriven or discarded) at most once.`
+	if discard {
+		name, usage, what = "dlq discard", "DEAD_LETTER_ID --reason TEXT | --filter F --reason TEXT [--limit N] [--dry-run] [--json]", `
+Discards a dead letter, or every open one --filter selects: the dead
+letter is settled without a redrive, its job stays dead_lettered and no
+longer asks for an operator; the reason is recorded in the job's events.`
+	}
+	fs := newFlags(name, usage, what+`
+
+--filter is comma-separated key=value pairs that must all match:
+reason=..., version=v2, tenant=NAME, older-than=72h (or 7d; 0s selects
+every open dead letter).`)
 	fs.SetOutput(e.stderr)
 	cf := addClientFlags(fs, true)
-	asJSON := fs.Bool("json", false, "print the job as JSON")
+	filter := fs.String("filter", "", "act on every open dead letter matching reason=,version=,tenant=,older-than= (comma-separated)")
+	limit := fs.Int("limit", 100, "with --filter: at most this many per run, oldest first (1-500)")
+	dry := fs.Bool("dry-run", false, "with --filter: say what would be done; change nothing")
+	var reason *string
+	if discard {
+		reason = fs.String("reason", "", "why (required); recorded with the discard")
+	}
+	asJSON := fs.Bool("json", false, "print the answer as JSON")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
-	if err := wantArgs(fs, pos, "DEAD_LETTER_ID"); err != nil {
-		return err
+	bulk := *filter != ""
+	if bulk {
+		if err := wantArgs(fs, pos); err != nil {
+			return fmt.Errorf("%w (give a DEAD_LETTER_ID or --filter, not both)", err)
+		}
+	} else {
+		if err := wantArgs(fs, pos, "DEAD_LETTER_ID"); err != nil {
+			return fmt.Errorf("%w (or --filter)", err)
+		}
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if set["limit"] || set["dry-run"] {
+			return fmt.Errorf("%w: --limit and --dry-run go with --filter", errUsage)
+		}
 	}
-	id, err := strconv.ParseInt(pos[0], 10, 64)
-	if err != nil || id < 1 {
-		return fmt.Errorf("%w: DEAD_LETTER_ID must be a positive whole number (edgepipe dlq list shows them), got %q", errUsage, pos[0])
+	if discard {
+		if r := strings.TrimSpace(*reason); r == "" || r != *reason || len(r) > 1000 {
+			return fmt.Errorf("%w: --reason is required, must not start or end with spaces and is at most 1000 bytes", errUsage)
+		}
+	}
+	var f client.DeadLetterFilter
+	var id int64
+	if bulk {
+		if f, err = parseDLQFilter(*filter); err != nil {
+			return err
+		}
+		if *limit < 1 || *limit > 500 {
+			return fmt.Errorf("%w: --limit must be from 1 to 500", errUsage)
+		}
+	} else {
+		id, err = strconv.ParseInt(pos[0], 10, 64)
+		if err != nil || id < 1 {
+			return fmt.Errorf("%w: DEAD_LETTER_ID must be a positive whole number (edgepipe dlq list shows them), got %q", errUsage, pos[0])
+		}
 	}
 	c, err := e.newClient(cf, true)
 	if err != nil {
 		return err
+	}
+	switch {
+	case bulk:
+		o := client.BulkOptions{Limit: *limit, DryRun: *dry}
+		var r client.DeadLetterBulkResult
+		if discard {
+			r, err = c.DiscardDeadLetters(ctx, f, *reason, o)
+		} else {
+			r, err = c.RedriveDeadLetters(ctx, f, o)
+		}
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(e.stdout, r)
+		}
+		return e.printBulk(r)
+	case discard:
+		d, err := c.DiscardDeadLetter(ctx, id, *reason)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(e.stdout, d)
+		}
+		fmt.Fprintf(e.stdout, "dead letter %d discarded: job %s (tenant %s, %s) stays dead_lettered\n", id, clean(d.JobID, 64),
+			clean(d.Tenant, 64), firstNonEmpty(clean(d.Version, 16), "no version"))
+		return nil
 	}
 	j, err := c.Redrive(ctx, id)
 	if err != nil {
@@ -145,5 +277,33 @@ pending. A dead letter is redriven at most once.`)
 	}
 	fmt.Fprintf(e.stdout, "dead letter %d redriven: job %s (tenant %s, %s) is %s again\n", id, clean(j.ID, 64), clean(j.Tenant, 64),
 		firstNonEmpty(clean(j.Version, 16), "no version"), clean(string(j.Status), 32))
+	return nil
+}
+
+func (e *cliEnv) printBulk(r client.DeadLetterBulkResult) error {
+	done := map[string]string{"redrive": "redriven", "discard": "discarded"}[r.Action]
+	prefix := ""
+	if r.DryRun {
+		prefix, done = "dry run: ", "would be "+done
+	}
+	fmt.Fprintf(e.stdout, "%s%s: %d matched, %d %s, %d skipped\n", prefix, clean(r.Action, 16), r.Matched, r.Done, done, r.Skipped)
+	if len(r.Items) > 0 {
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tJOB\tTENANT\tVERSION\tREASON\tOUTCOME")
+		for _, it := range r.Items {
+			out := clean(it.Outcome, 32)
+			if it.Code != "" {
+				out += " (" + clean(it.Code, 32) + ")"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", it.DeadLetterID, clean(it.JobID, 64), clean(it.Tenant, 64),
+				firstNonEmpty(clean(it.Version, 16), "-"), clean(it.Reason, 32), out)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if r.More {
+		fmt.Fprintln(e.stdout, "more dead letters match: run the command again")
+	}
 	return nil
 }

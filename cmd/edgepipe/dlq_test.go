@@ -59,7 +59,7 @@ func TestDLQList(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(c.out.String()), "\n")
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "ID  JOB   REASON") ||
-		!strings.HasPrefix(lines[1], "9   v3-x  unbound_version  render-v3  2026-11-29T12:00:00Z  no     -         v3 is not served") {
+		!strings.HasPrefix(lines[1], "9   v3-x  unbound_version  render-v3  2026-11-29T12:00:00Z  no     -        v3 is not served") {
 		t.Errorf("dlq list:\n%s", c.out)
 	}
 	if q := rec.find("GET", "/v1/admin/dead-letters")[0].Query; q != "limit=100" {

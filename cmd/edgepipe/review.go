@@ -31,9 +31,11 @@ $EDGEPIPE_DATA_DIR/dev-admin-token).
       Fails the job for good ({"decision":"fail"}).
 
 A job that is not in needs_review (any more) is refused with
-invalid_transition and nothing changes. --reason is sent with the decision
-as "reason"; a server that does not record reasons refuses it (an unknown
-field) rather than drop it silently: leave --reason out there.`
+invalid_transition and nothing changes. The decision is recorded on the job
+(its "decision": what, who, why, when) and in its events; --reason is
+recorded with it, and a failed job's message becomes "failed by operator
+NAME: REASON". An older server that does not record reasons refuses
+--reason (an unknown field) rather than drop it silently.`
 
 func (e *cliEnv) review(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
@@ -121,7 +123,7 @@ func (e *cliEnv) reviewDecide(ctx context.Context, d client.Decision, args []str
 	fs := newFlags(name, "ID [--reason TEXT] [--json]", what)
 	fs.SetOutput(e.stderr)
 	cf := addClientFlags(fs, true)
-	reason := fs.String("reason", "", "why, recorded with the decision (needs a server that records reasons)")
+	reason := fs.String("reason", "", "why, recorded with the decision")
 	asJSON := fs.Bool("json", false, "print the job as JSON")
 	pos, err := parseArgs(fs, args)
 	if err != nil {

@@ -20,8 +20,10 @@ func (e *cliEnv) sweep(ctx context.Context, args []string) error {
 	fs := newFlags("sweep", "[--dry-run] [--grace 1h] [--json]", `
 Deletes objects under edgepipe's prefixes (units/, renders/) that have no
 asset row and no live claim and are older than the grace period, drops claims
-of dead attempts, and aborts stale multipart uploads. serve runs this every
-EDGEPIPE_SWEEP_INTERVAL.
+of dead attempts, aborts stale multipart uploads, and deletes dead letters
+redriven or discarded longer than EDGEPIPE_DLQ_RETENTION ago (default 720h;
+0 keeps them; jobs and their events are never deleted). serve runs this
+every EDGEPIPE_SWEEP_INTERVAL.
 
 --dry-run lists the orphans that would be deleted and changes nothing; it
 does not inspect stale claims or multipart uploads (only a real sweep
@@ -59,7 +61,8 @@ counts those, as it removes them).`)
 		return err
 	}
 	defer a.Close()
-	sw, err := pipeline.NewSweeper(pipeline.SweeperConfig{Ledger: a.Store, Objects: a.Objects, Grace: max(g, time.Nanosecond), DryRun: *dry, Logger: log})
+	sw, err := pipeline.NewSweeper(pipeline.SweeperConfig{Ledger: a.Store, Objects: a.Objects, Grace: max(g, time.Nanosecond), DryRun: *dry, Logger: log,
+		DeadLetters: a.Store, DeadLetterRetention: cfg.SweeperRetention()})
 	if err != nil {
 		return err
 	}
@@ -71,11 +74,11 @@ counts those, as it removes them).`)
 		return json.NewEncoder(e.stdout).Encode(rep)
 	}
 	if *dry {
-		fmt.Fprintf(e.stdout, "dry run: scanned %d objects; would delete %d orphans; stale claims and uploads not inspected (a real sweep drops and aborts them)\n",
+		fmt.Fprintf(e.stdout, "dry run: scanned %d objects; would delete %d orphans; stale claims, uploads and settled dead letters not inspected (a real sweep removes them)\n",
 			rep.Scanned, len(rep.Orphans))
 	} else {
-		fmt.Fprintf(e.stdout, "scanned %d objects; deleted %d orphans; dropped %d stale claims; aborted %d stale uploads\n",
-			rep.Scanned, len(rep.Orphans), rep.StaleClaims, rep.AbortedUploads)
+		fmt.Fprintf(e.stdout, "scanned %d objects; deleted %d orphans; dropped %d stale claims; aborted %d stale uploads; deleted %d settled dead letters\n",
+			rep.Scanned, len(rep.Orphans), rep.StaleClaims, rep.AbortedUploads, rep.DeadLettersPurged)
 	}
 	for _, k := range rep.Orphans {
 		fmt.Fprintln(e.stdout, "  "+clean(k, 1024))

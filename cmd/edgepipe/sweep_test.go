@@ -47,7 +47,7 @@ func TestSweepDryRunSaysWould(t *testing.T) {
 	if err := c.sweep(ctx, []string{"--dry-run", "--grace", "0s"}); err != nil {
 		t.Fatal(err)
 	}
-	want := "dry run: scanned 1 objects; would delete 1 orphans; stale claims and uploads not inspected (a real sweep drops and aborts them)\n  " + key + "\n"
+	want := "dry run: scanned 1 objects; would delete 1 orphans; stale claims, uploads and settled dead letters not inspected (a real sweep removes them)\n  " + key + "\n"
 	if got := c.out.String(); got != want {
 		t.Errorf("dry run printed\n%q\nwant\n%q", got, want)
 	}
@@ -62,7 +62,7 @@ func TestSweepDryRunSaysWould(t *testing.T) {
 	if err := c.sweep(ctx, []string{"--grace", "0s"}); err != nil {
 		t.Fatal(err)
 	}
-	want = "scanned 1 objects; deleted 1 orphans; dropped 0 stale claims; aborted 0 stale uploads\n  " + key + "\n"
+	want = "scanned 1 objects; deleted 1 orphans; dropped 0 stale claims; aborted 0 stale uploads; deleted 0 settled dead letters\n  " + key + "\n"
 	if got := c.out.String(); got != want {
 		t.Errorf("sweep printed\n%q\nwant\n%q", got, want)
 	}

@@ -228,7 +228,8 @@ func (a *App) Build(ctx context.Context, withAPI, withSweeper bool, workers int)
 	}
 	if withSweeper {
 		p.Sweeper, err = pipeline.NewSweeper(pipeline.SweeperConfig{Ledger: a.Store, Objects: a.Objects,
-			Grace: a.Cfg.SweepGrace, Interval: a.Cfg.SweepInterval, Logger: a.Log})
+			Grace: a.Cfg.SweepGrace, Interval: a.Cfg.SweepInterval, Logger: a.Log,
+			DeadLetters: a.Store, DeadLetterRetention: a.Cfg.SweeperRetention()})
 		if err != nil {
 			return nil, err
 		}

@@ -34,7 +34,7 @@ var Known = []string{
 	"EDGEPIPE_REPLICATE_MODEL_IMAGE", "EDGEPIPE_REPLICATE_MODEL_SPEECH", "EDGEPIPE_REPLICATE_MODEL_VIDEO",
 	"EDGEPIPE_FAKE_FAULTS", "EDGEPIPE_FAKE_SEED", "EDGEPIPE_FAKE_VIDEO_PROCESSING",
 	"EDGEPIPE_FFMPEG", "EDGEPIPE_FFPROBE", "EDGEPIPE_RENDER_PRESET",
-	"EDGEPIPE_LEASE", "EDGEPIPE_SWEEP_INTERVAL", "EDGEPIPE_SWEEP_GRACE",
+	"EDGEPIPE_LEASE", "EDGEPIPE_SWEEP_INTERVAL", "EDGEPIPE_SWEEP_GRACE", "EDGEPIPE_DLQ_RETENTION",
 	"EDGEPIPE_RETRY_BASE", "EDGEPIPE_RETRY_CAP", "EDGEPIPE_RETRY_MAX_ATTEMPTS",
 	"EDGEPIPE_INFRA_RETRY_WINDOW", "EDGEPIPE_INFRA_RETRY_CAP",
 	"EDGEPIPE_FAILPOINTS", "EDGEPIPE_LOG_LEVEL", "EDGEPIPE_WEBHOOK_SECRET", "EDGEPIPE_ALLOW_PRIVATE_WEBHOOKS",
@@ -61,6 +61,9 @@ type Config struct {
 	LeaseFor      time.Duration
 	SweepInterval time.Duration
 	SweepGrace    time.Duration
+	// DeadLetterRetention is how long the sweeper keeps dead letters that
+	// were redriven or discarded (0: forever).
+	DeadLetterRetention time.Duration
 	RetryBase     time.Duration
 	RetryCap      time.Duration
 	RetryMax      int
@@ -82,6 +85,15 @@ type Config struct {
 
 // Getenv returns the raw setting (for the packages that read their own).
 func (c Config) Getenv(k string) string { return c.getenv(k) }
+
+// SweeperRetention is DeadLetterRetention as pipeline.SweeperConfig wants
+// it: there 0 means the default and a negative value keeps forever.
+func (c Config) SweeperRetention() time.Duration {
+	if c.DeadLetterRetention == 0 {
+		return -1
+	}
+	return c.DeadLetterRetention
+}
 
 // DBPath is the SQLite file.
 func (c Config) DBPath() string { return filepath.Join(c.DataDir, "edgepipe.db") }
@@ -127,6 +139,7 @@ func FromEnv(getenv func(string) string, environ []string) (Config, error) {
 		{"EDGEPIPE_LEASE", &c.LeaseFor, pipeline.DefaultLeaseFor, time.Second},
 		{"EDGEPIPE_SWEEP_INTERVAL", &c.SweepInterval, pipeline.DefaultSweepInterval, time.Second},
 		{"EDGEPIPE_SWEEP_GRACE", &c.SweepGrace, pipeline.DefaultSweepGrace, 0},
+		{"EDGEPIPE_DLQ_RETENTION", &c.DeadLetterRetention, pipeline.DefaultDeadLetterRetention, 0},
 		{"EDGEPIPE_RETRY_BASE", &c.RetryBase, pipeline.DefaultRetryPolicy().Base, time.Millisecond},
 		{"EDGEPIPE_RETRY_CAP", &c.RetryCap, pipeline.DefaultRetryPolicy().Cap, time.Millisecond},
 		{"EDGEPIPE_INFRA_RETRY_WINDOW", &c.InfraWindow, pipeline.DefaultInfraWindow, time.Second},

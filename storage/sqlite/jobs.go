@@ -14,7 +14,7 @@ const jobColumns = `id, tenant, operation, idempotency_key, request_fingerprint,
 	workflow_version, queue, status, status_changed_at, created_at, updated_at, attempts, next_run_at,
 	attempt_id, lease_owner, lease_expires_at, stage, units_total, units_done, last_error_class,
 	last_error_code, last_error_message, requires_action, cancel_requested_at, result_key, webhook_url,
-	infra_failures, infra_since`
+	infra_failures, infra_since, decision, decided_by, decision_reason, decided_at`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -25,6 +25,8 @@ func scanJob(r rowScanner) (pipeline.Job, error) {
 		status, errClass                     string
 		statusAt, createdAt, updatedAt       int64
 		nextRun, leaseExp, cancelAt, infraAt sql.NullInt64
+		decision                             string
+		decidedAt                            sql.NullInt64
 		input                                string
 		requiresAction                       int
 	)
@@ -32,7 +34,7 @@ func scanJob(r rowScanner) (pipeline.Job, error) {
 		&j.Version, &j.Queue, &status, &statusAt, &createdAt, &updatedAt, &j.Attempts, &nextRun,
 		&attemptID, &owner, &leaseExp, &j.Stage, &j.UnitsTotal, &j.UnitsDone, &errClass,
 		&j.LastErrorCode, &j.LastErrorMessage, &requiresAction, &cancelAt, &resultKey, &j.WebhookURL,
-		&j.InfraFailures, &infraAt)
+		&j.InfraFailures, &infraAt, &decision, &j.Decision.Operator, &j.Decision.Reason, &decidedAt)
 	if err != nil {
 		return pipeline.Job{}, translate(err)
 	}
@@ -47,6 +49,7 @@ func scanJob(r rowScanner) (pipeline.Job, error) {
 	j.AttemptID, j.LeaseOwner, j.ResultKey = attemptID.String, owner.String, resultKey.String
 	j.LastErrorClass = pipeline.ErrorClass(errClass)
 	j.RequiresAction = requiresAction == 1
+	j.Decision.Kind, j.Decision.At = pipeline.ReviewDecision(decision), timeOf(decidedAt)
 	return j, nil
 }
 

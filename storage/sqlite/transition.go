@@ -334,8 +334,24 @@ func (s *Store) CancelRequested(ctx context.Context, jobID string) (bool, error)
 }
 
 // Decide applies an operator's decision to a job in needs_review: retry puts
-// it back on its queue (pending), fail ends it (failed).
+// it back on its queue (pending), fail ends it (failed). It is
+// DecideWithReason without a reason.
 func (s *Store) Decide(ctx context.Context, jobID string, d pipeline.ReviewDecision, operator string) (pipeline.Job, error) {
+	return s.DecideWithReason(ctx, jobID, d, operator, "")
+}
+
+// MaxDecisionReason bounds an operator's reason (bytes).
+const MaxDecisionReason = 1000
+
+// DecideWithReason applies an operator's decision to a job in needs_review
+// and records it: the decision event carries the operator and reason, and
+// the job row keeps the decision (what, who, why, when) so that the job no
+// longer reads as waiting for one. A failed job's message says who failed
+// it and why instead of asking for a decision.
+func (s *Store) DecideWithReason(ctx context.Context, jobID string, d pipeline.ReviewDecision, operator, reason string) (pipeline.Job, error) {
+	if len(reason) > MaxDecisionReason {
+		return pipeline.Job{}, fmt.Errorf("%w: reason is longer than %d bytes", pipeline.ErrInvalidInput, MaxDecisionReason)
+	}
 	var job pipeline.Job
 	err := s.inTx(ctx, func(tx *wtx) error {
 		now := s.now()
@@ -349,14 +365,24 @@ func (s *Store) Decide(ctx context.Context, jobID string, d pipeline.ReviewDecis
 			o = pipeline.Outcome{Status: pipeline.StatusPending}
 		case pipeline.DecisionFail:
 			o = pipeline.Outcome{Status: pipeline.StatusFailed, ErrorClass: j.LastErrorClass, ErrorCode: j.LastErrorCode,
-				ErrorMessage: j.LastErrorMessage}
+				ErrorMessage: failedByOperator(operator, reason)}
 		default:
 			return fmt.Errorf("%w: decision must be retry or fail, got %q", pipeline.ErrInvalidInput, d)
 		}
 		if j.Status != pipeline.StatusNeedsReview {
 			return &pipeline.TransitionError{From: j.Status, To: o.Status}
 		}
-		if _, err := appendEvent(ctx, tx, now, jobID, pipeline.EventDecision, "", "", "", map[string]any{"decision": d, "operator": operator}); err != nil {
+		ev := map[string]any{"decision": d, "operator": operator}
+		if reason != "" {
+			ev["reason"] = reason
+		}
+		if _, err := appendEvent(ctx, tx, now, jobID, pipeline.EventDecision, "", "", "", ev); err != nil {
+			return err
+		}
+		// Recorded while the job is still needs_review: a failed job is
+		// immutable once settled.
+		if _, err := tx.ExecContext(ctx, `UPDATE jobs SET decision = ?, decided_by = ?, decision_reason = ?, decided_at = ? WHERE id = ?`,
+			string(d), operator, reason, now, jobID); err != nil {
 			return err
 		}
 		if d == pipeline.DecisionRetry {
@@ -377,6 +403,40 @@ func (s *Store) Decide(ctx context.Context, jobID string, d pipeline.ReviewDecis
 		return err
 	})
 	return job, err
+}
+
+// RecentDecisions returns the jobs operators decided on, latest decision
+// first, at most limit (1 to 500; default 50).
+func (s *Store) RecentDecisions(ctx context.Context, limit int) ([]pipeline.Job, error) {
+	if limit <= 0 || limit > 500 {
+		limit = 50
+	}
+	rows, err := s.read.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE decided_at IS NOT NULL ORDER BY decided_at DESC, id LIMIT ?`, limit)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var out []pipeline.Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, translate(rows.Err())
+}
+
+// failedByOperator is the message of a job an operator failed.
+func failedByOperator(operator, reason string) string {
+	msg := "failed by operator"
+	if operator != "" {
+		msg += " " + operator
+	}
+	if reason != "" {
+		msg += ": " + reason
+	}
+	return msg
 }
 
 // qWaiveForRetry marks the calls an operator's retry waives: every call of
