@@ -221,7 +221,7 @@ func TestStagedAnswerIsKept(t *testing.T) {
 	if err := e.store.SetCallStaged(ctx, &pipeline.SetCallStagedParams{CallID: id, Key: key}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store.FinishCall(ctx, id, pipeline.CallSucceeded, 200, "", ""); err != nil {
+	if err := e.store.FinishCall(ctx, &pipeline.FinishCallParams{ID: id, Status: pipeline.CallSucceeded, HTTPStatus: 200, ErrorCode: "", ExternalID: ""}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.store.Finish(ctx, l, pipeline.Outcome{Status: pipeline.StatusNeedsReview, RequiresAction: true, ErrorClass: pipeline.ClassAmbiguous, ErrorCode: "x"}); err != nil {

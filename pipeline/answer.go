@@ -169,7 +169,7 @@ func (u *unitRun) keepPaid(call *paidCall, body []byte) (*answer, error) {
 		return nil, err
 	}
 	u.d.Metrics.ProviderCall(call.op, CallSucceeded)
-	if err := u.d.Store.FinishCall(context.WithoutCancel(ctx), call.id, CallSucceeded, 200, "", ""); err != nil {
+	if err := u.d.Store.FinishCall(context.WithoutCancel(ctx), &FinishCallParams{ID: call.id, Status: CallSucceeded, HTTPStatus: 200, ErrorCode: "", ExternalID: ""}); err != nil {
 		return nil, storeErr(err)
 	}
 	if stageErr != nil {

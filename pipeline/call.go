@@ -143,7 +143,7 @@ func (u *unitRun) stopBeforeSend(ctx context.Context, id int64, op string) error
 	}
 	u.d.Metrics.ProviderCall(op, CallNotSent)
 	// A failure to close the intent rides along (errors.Join drops a nil).
-	ferr := u.d.Store.FinishCall(context.WithoutCancel(ctx), id, CallNotSent, 0, "interrupted_before_send", "")
+	ferr := u.d.Store.FinishCall(context.WithoutCancel(ctx), &FinishCallParams{ID: id, Status: CallNotSent, HTTPStatus: 0, ErrorCode: "interrupted_before_send", ExternalID: ""})
 	return errors.Join(err, storeErr(ferr))
 }
 
@@ -172,7 +172,7 @@ func (u *unitRun) callFailed(ctx context.Context, id int64, op string, contract 
 	u.d.Metrics.ProviderCall(op, status)
 	// The call's class decides the outcome; a failure to record it rides
 	// along (errors.Join drops a nil).
-	ferr := u.d.Store.FinishCall(context.WithoutCancel(ctx), id, status, httpStatus, code, "")
+	ferr := u.d.Store.FinishCall(context.WithoutCancel(ctx), &FinishCallParams{ID: id, Status: status, HTTPStatus: httpStatus, ErrorCode: code, ExternalID: ""})
 	return errors.Join(classifyCall(ctx, op, contract, err), storeErr(ferr))
 }
 

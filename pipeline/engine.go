@@ -247,7 +247,7 @@ func recovered(ctx context.Context, log *slog.Logger, st Store, lease Lease, sce
 	for _, c := range calls {
 		if c.AttemptID == lease.AttemptID && c.Status == CallIntent {
 			open = true
-			_ = st.FinishCall(bg, c.ID, CallAmbiguous, 0, "internal_panic", "")
+			_ = st.FinishCall(bg, &FinishCallParams{ID: c.ID, Status: CallAmbiguous, HTTPStatus: 0, ErrorCode: "internal_panic", ExternalID: ""})
 		}
 	}
 	if open {

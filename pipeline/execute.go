@@ -334,7 +334,7 @@ func (u *unitRun) submitVideo(ctx context.Context, contract Contract) (string, i
 	}
 	sctx := call.ctx
 	u.d.Metrics.ProviderCall(OpVideoSubmit, CallSucceeded)
-	if err := u.d.Store.FinishCall(context.WithoutCancel(sctx), call.id, CallSucceeded, 202, "", ext); err != nil {
+	if err := u.d.Store.FinishCall(context.WithoutCancel(sctx), &FinishCallParams{ID: call.id, Status: CallSucceeded, HTTPStatus: 202, ErrorCode: "", ExternalID: ext}); err != nil {
 		return "", 0, storeErr(err)
 	}
 	if err := callFP(sctx, u.d.Failpoint, "after_provider_response"); err != nil {

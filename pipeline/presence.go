@@ -60,7 +60,7 @@ type PresenceConfig struct {
 	// UnservedAfter: see DefaultUnservedAfter (negative: never).
 	UnservedAfter time.Duration
 	Clock         Clock
-	Logger    *slog.Logger
+	Logger        *slog.Logger
 }
 
 // Presence is the bindings heartbeat: a long-running part that announces

@@ -113,7 +113,6 @@ func TestSpooledAnswerReachesAnotherWorker(t *testing.T) {
 	}
 }
 
-
 // As above, but worker 2 claims the job before worker 1 flushed: it waits
 // on the infrastructure budget. Worker 1
 // keeps it in its spool and the attempt waits for storage. The store comes

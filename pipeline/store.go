@@ -26,7 +26,7 @@ type Store interface {
 	UpdateUnit(ctx context.Context, lease Lease, scene int, up UnitUpdate) error
 
 	RecordIntent(ctx context.Context, lease Lease, c ProviderCall) (int64, error)
-	FinishCall(ctx context.Context, id int64, status string, httpStatus int, errorCode, externalID string) error
+	FinishCall(ctx context.Context, p *FinishCallParams) error
 	ProviderCalls(ctx context.Context, jobID string, scene int, op string) ([]ProviderCall, error)
 	// SetCallStaged points a call row at the staged copy of its answer.
 	SetCallStaged(ctx context.Context, p *SetCallStagedParams) error
@@ -181,6 +181,15 @@ type ProviderCall struct {
 // kept in the object store under StagingKey until the asset made from it
 // exists or the job is final.
 const KindStaged = "staged"
+
+// FinishCallParams are Store.FinishCall's: how provider call ID ended.
+type FinishCallParams struct {
+	ID         int64
+	Status     string // CallSucceeded, CallNotSent, CallFailed or CallAmbiguous
+	HTTPStatus int
+	ErrorCode  string // safe code of a failure
+	ExternalID string // an asynchronous job's id at the provider
+}
 
 // SetCallStagedParams are Store.SetCallStaged's.
 type SetCallStagedParams struct {

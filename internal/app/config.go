@@ -64,9 +64,9 @@ type Config struct {
 	// DeadLetterRetention is how long the sweeper keeps dead letters that
 	// were redriven or discarded (0: forever).
 	DeadLetterRetention time.Duration
-	RetryBase     time.Duration
-	RetryCap      time.Duration
-	RetryMax      int
+	RetryBase           time.Duration
+	RetryCap            time.Duration
+	RetryMax            int
 	// InfraWindow and InfraCap are the infrastructure budget
 	// (pipeline.RetryPolicy).
 	InfraWindow   time.Duration

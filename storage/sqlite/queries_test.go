@@ -409,7 +409,7 @@ func recordCalls(t *testing.T, s *Store, c pipeline.Claimed, calls []callSpec) {
 		if cl.status == pipeline.CallIntent {
 			continue
 		}
-		if err := s.FinishCall(ctx, id, cl.status, 0, "", ""); err != nil {
+		if err := s.FinishCall(ctx, &pipeline.FinishCallParams{ID: id, Status: cl.status, HTTPStatus: 0, ErrorCode: "", ExternalID: ""}); err != nil {
 			t.Fatalf("FinishCall %s %+v: %v", c.Job.ID, cl, err)
 		}
 	}

@@ -295,7 +295,7 @@ func TestDecideWaivesUnknownCallsOnlyOnRetry(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := s.FinishCall(ctx, id, cl.status, 0, "", ""); err != nil {
+			if err := s.FinishCall(ctx, &pipeline.FinishCallParams{ID: id, Status: cl.status, HTTPStatus: 0, ErrorCode: "", ExternalID: ""}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -131,7 +131,11 @@ func (s *Store) RecordIntent(ctx context.Context, lease pipeline.Lease, c pipeli
 // FinishCall records how a provider call ended. It is not fenced: the audit
 // trail must record what happened at the provider even when the attempt that
 // made the call has since lost its lease.
-func (s *Store) FinishCall(ctx context.Context, id int64, status string, httpStatus int, errorCode, externalID string) error {
+func (s *Store) FinishCall(ctx context.Context, p *pipeline.FinishCallParams) error {
+	if p == nil {
+		return fmt.Errorf("%w: finish call needs its parameters", pipeline.ErrInvalidInput)
+	}
+	id, status, httpStatus, errorCode, externalID := p.ID, p.Status, p.HTTPStatus, p.ErrorCode, p.ExternalID
 	switch status {
 	case pipeline.CallSucceeded, pipeline.CallNotSent, pipeline.CallFailed, pipeline.CallAmbiguous:
 	default:

@@ -116,16 +116,16 @@ func TestProviderCallAuditTrail(t *testing.T) {
 		t.Fatalf("ids %d %d %d are not distinct", img0, sp0, img1)
 	}
 	clock.Advance(time.Second)
-	if err := s.FinishCall(ctx, img0, pipeline.CallSucceeded, 200, "", "ext-img0"); err != nil {
+	if err := s.FinishCall(ctx, &pipeline.FinishCallParams{ID: img0, Status: pipeline.CallSucceeded, HTTPStatus: 200, ErrorCode: "", ExternalID: "ext-img0"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.FinishCall(ctx, sp0, pipeline.CallFailed, 429, "provider_rate_limited", ""); err != nil {
+	if err := s.FinishCall(ctx, &pipeline.FinishCallParams{ID: sp0, Status: pipeline.CallFailed, HTTPStatus: 429, ErrorCode: "provider_rate_limited", ExternalID: ""}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.FinishCall(ctx, img0, pipeline.CallAmbiguous, 0, "x", ""); !errors.Is(err, pipeline.ErrInvalidTransition) {
+	if err := s.FinishCall(ctx, &pipeline.FinishCallParams{ID: img0, Status: pipeline.CallAmbiguous, HTTPStatus: 0, ErrorCode: "x", ExternalID: ""}); !errors.Is(err, pipeline.ErrInvalidTransition) {
 		t.Fatalf("finishing a call twice: %v, want ErrInvalidTransition", err)
 	}
-	if err := s.FinishCall(ctx, img1, pipeline.CallIntent, 0, "", ""); !errors.Is(err, pipeline.ErrInvalidInput) {
+	if err := s.FinishCall(ctx, &pipeline.FinishCallParams{ID: img1, Status: pipeline.CallIntent, HTTPStatus: 0, ErrorCode: "", ExternalID: ""}); !errors.Is(err, pipeline.ErrInvalidInput) {
 		t.Fatalf("finishing as intent: %v, want ErrInvalidInput", err)
 	}
 
