@@ -205,7 +205,7 @@ func problemOf(t testing.TB, w *httptest.ResponseRecorder) Problem {
 // claim takes the job's queue message like a worker does.
 func (e *testEnv) claim(t testing.TB, queue string) pipeline.Claimed {
 	t.Helper()
-	cs, _, err := e.store.Fetch(context.Background(), queue, "test-worker", 1, time.Minute)
+	cs, _, err := e.store.Fetch(context.Background(), &pipeline.FetchParams{Queue: queue, Owner: "test-worker", Max: 1, LeaseFor: time.Minute})
 	if err != nil || len(cs) != 1 {
 		t.Fatalf("fetch: %v %v", cs, err)
 	}

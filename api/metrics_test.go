@@ -89,7 +89,7 @@ func TestMetricsExposition(t *testing.T) {
 	e.clock.Advance(90 * time.Second) // both pending jobs have waited 90 s
 	// A worker claims one: its message stays on the queue but is hidden
 	// for the lease, so it is no longer ready.
-	if c, _, err := e.store.Fetch(context.Background(), "render-v1", "worker-1", 1, time.Minute); err != nil || len(c) != 1 {
+	if c, _, err := e.store.Fetch(context.Background(), &pipeline.FetchParams{Queue: "render-v1", Owner: "worker-1", Max: 1, LeaseFor: time.Minute}); err != nil || len(c) != 1 {
 		t.Fatalf("fetch: %v %v", c, err)
 	}
 	e.metrics.ProviderCall(pipeline.OpSpeech, pipeline.CallAmbiguous)

@@ -48,7 +48,7 @@ func (e *env) finishedJob(t *testing.T, id string) (pipeline.Lease, string) {
 		IdempotencyKey: id, RequestFingerprint: id, Version: id[:2], Queue: "render-" + id[:2]}); err != nil {
 		t.Fatal(err)
 	}
-	cs, _, err := e.store.Fetch(ctx, "render-"+id[:2], "w", 1, time.Minute)
+	cs, _, err := e.store.Fetch(ctx, &pipeline.FetchParams{Queue: "render-" + id[:2], Owner: "w", Max: 1, LeaseFor: time.Minute})
 	if err != nil || len(cs) != 1 {
 		t.Fatalf("fetch: %v", err)
 	}
@@ -198,7 +198,7 @@ func TestStagedAnswerIsKept(t *testing.T) {
 		IdempotencyKey: "s", RequestFingerprint: "s", Version: "v1", Queue: "render-v1"}); err != nil {
 		t.Fatal(err)
 	}
-	cs, _, err := e.store.Fetch(ctx, "render-v1", "w", 1, time.Minute)
+	cs, _, err := e.store.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 1, LeaseFor: time.Minute})
 	if err != nil || len(cs) != 1 {
 		t.Fatalf("fetch: %v", err)
 	}
@@ -257,7 +257,7 @@ func TestUnprefixedIDRunsDefaultVersion(t *testing.T) {
 		IdempotencyKey: "p", RequestFingerprint: "p", Version: routing.DefaultVersion, Queue: routing.QueueName(routing.DefaultVersion)}); err != nil {
 		t.Fatal(err)
 	}
-	cs, _, err := e.store.Fetch(ctx, routing.QueueName(routing.DefaultVersion), "w", 1, time.Minute)
+	cs, _, err := e.store.Fetch(ctx, &pipeline.FetchParams{Queue: routing.QueueName(routing.DefaultVersion), Owner: "w", Max: 1, LeaseFor: time.Minute})
 	if err != nil || len(cs) != 1 {
 		t.Fatalf("fetch: %v", err)
 	}

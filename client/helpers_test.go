@@ -130,7 +130,7 @@ func board(n int) map[string]any {
 // claim takes the job's queue message like a worker does.
 func (s *testServer) claim(t testing.TB) pipeline.Claimed {
 	t.Helper()
-	cs, _, err := s.store.Fetch(context.Background(), "render-v1", "test-worker", 1, time.Minute)
+	cs, _, err := s.store.Fetch(context.Background(), &pipeline.FetchParams{Queue: "render-v1", Owner: "test-worker", Max: 1, LeaseFor: time.Minute})
 	if err != nil || len(cs) != 1 {
 		t.Fatalf("fetch: %v %v", cs, err)
 	}

@@ -258,7 +258,7 @@ func TestUnkeptAnswersQuery(t *testing.T) {
 	}
 	// Park it for review (as an ambiguity elsewhere would).
 	h.clock.Advance(2 * time.Minute)
-	cs, _, err := h.store.Fetch(ctx, "render-v1", "w", 1, time.Minute)
+	cs, _, err := h.store.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 1, LeaseFor: time.Minute})
 	if err != nil || len(cs) != 1 {
 		t.Fatalf("fetch %v %d", err, len(cs))
 	}

@@ -234,7 +234,7 @@ func TestZombieAttemptCannotStore(t *testing.T) {
 	}))
 	ctx := context.Background()
 	h.submit("v1-zombie", board(img("z", "", 600)))
-	cs, _, _ := h.store.Fetch(ctx, "render-v1", "a", 1, time.Minute)
+	cs, _, _ := h.store.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "a", Max: 1, LeaseFor: time.Minute})
 	zombie := make(chan error, 1)
 	go func() {
 		rctx, cancel := context.WithTimeout(ctx, attemptDeadline)
@@ -244,7 +244,7 @@ func TestZombieAttemptCannotStore(t *testing.T) {
 	}()
 	within(t, entered, "the zombie's provider call")
 	h.clock.Advance(2 * time.Minute)
-	b, _, _ := h.store.Fetch(ctx, "render-v1", "b", 1, time.Minute)
+	b, _, _ := h.store.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "b", Max: 1, LeaseFor: time.Minute})
 	if len(b) != 1 {
 		t.Fatal("lease not taken over")
 	}
@@ -660,7 +660,7 @@ func TestRetryDoesNotWaiveStagedAnswer(t *testing.T) {
 	h := siblingFailsDuringPaidCall(t, "v1-waivedspool", pipeline.OpSpeech, img("a", "narration for a", 600))
 	// The job lands under review for some other reason before it runs again.
 	h.clock.Advance(time.Minute)
-	cs, _, err := h.store.Fetch(ctx, "render-v1", "w", 1, time.Minute)
+	cs, _, err := h.store.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 1, LeaseFor: time.Minute})
 	if err != nil || len(cs) != 1 {
 		t.Fatalf("fetch: %v", err)
 	}

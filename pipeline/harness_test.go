@@ -137,7 +137,7 @@ func (h *harness) submit(id string, sb pipeline.Storyboard) pipeline.Job {
 func (h *harness) attempt(queue string, finish bool) (pipeline.Claimed, pipeline.Outcome, error) {
 	h.t.Helper()
 	ctx := context.Background()
-	cs, _, err := h.store.Fetch(ctx, queue, "test-worker", 1, time.Minute)
+	cs, _, err := h.store.Fetch(ctx, &pipeline.FetchParams{Queue: queue, Owner: "test-worker", Max: 1, LeaseFor: time.Minute})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -416,7 +416,7 @@ func (h *harness) crashAt(queue, point string, nth int) {
 	go func() {
 		defer close(done)
 		ctx := context.Background()
-		cs, _, err := h.store.Fetch(ctx, queue, "doomed-worker", 1, time.Minute)
+		cs, _, err := h.store.Fetch(ctx, &pipeline.FetchParams{Queue: queue, Owner: "doomed-worker", Max: 1, LeaseFor: time.Minute})
 		if err != nil || len(cs) == 0 {
 			return
 		}
@@ -440,7 +440,7 @@ var errTransientFP = &pipeline.ClassifiedError{Class: pipeline.ClassTransient, C
 func runOnce(t *testing.T, h *harness) (pipeline.Claimed, pipeline.Outcome) {
 	t.Helper()
 	ctx := context.Background()
-	cs, _, err := h.store.Fetch(ctx, "render-v1", "test-worker", 1, time.Hour)
+	cs, _, err := h.store.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "test-worker", Max: 1, LeaseFor: time.Hour})
 	if err != nil || len(cs) != 1 {
 		t.Fatalf("fetch: %d claimed, %v", len(cs), err)
 	}

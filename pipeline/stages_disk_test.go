@@ -17,7 +17,7 @@ import (
 func (h *harness) attemptOn(e *pipeline.Engine, queue string) pipeline.Outcome {
 	h.t.Helper()
 	ctx := context.Background()
-	cs, _, err := h.store.Fetch(ctx, queue, "other-worker", 1, time.Minute)
+	cs, _, err := h.store.Fetch(ctx, &pipeline.FetchParams{Queue: queue, Owner: "other-worker", Max: 1, LeaseFor: time.Minute})
 	if err != nil || len(cs) != 1 {
 		h.t.Fatalf("fetch: %v %d", err, len(cs))
 	}

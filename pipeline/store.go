@@ -10,7 +10,7 @@ import (
 // SQLite driver implements it). Every method that takes a Lease is fenced:
 // it fails with a *FenceError, writing nothing, once the attempt lost it.
 type Store interface {
-	Fetch(ctx context.Context, queue, owner string, max int, leaseFor time.Duration) ([]Claimed, FetchStats, error)
+	Fetch(ctx context.Context, p *FetchParams) ([]Claimed, FetchStats, error)
 	Heartbeat(ctx context.Context, lease Lease, leaseFor time.Duration) (Lease, error)
 	Finish(ctx context.Context, lease Lease, o Outcome) error
 	Release(ctx context.Context, lease Lease) error
@@ -228,6 +228,15 @@ func (c ProviderCall) MayHaveBilled() bool {
 		return true
 	}
 	return false
+}
+
+// FetchParams are Store.Fetch's: claim up to Max visible messages of
+// Queue for Owner, each with a lease of LeaseFor.
+type FetchParams struct {
+	Queue    string
+	Owner    string
+	Max      int
+	LeaseFor time.Duration
 }
 
 // FetchStats says what a Fetch did besides claiming.

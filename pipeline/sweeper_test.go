@@ -39,7 +39,7 @@ func TestSweeper(t *testing.T) {
 	if _, _, err := st.CreateJob(ctx, pipeline.NewJob{ID: "v1-j", Tenant: "t", Operation: "o", IdempotencyKey: "k", RequestFingerprint: "f", Version: "v1", Queue: "render-v1"}); err != nil {
 		t.Fatal(err)
 	}
-	cs, _, _ := st.Fetch(ctx, "render-v1", "w", 1, 3*time.Hour)
+	cs, _, _ := st.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 1, LeaseFor: 3 * time.Hour})
 	lease := cs[0].Lease
 	// committed: kept
 	info := put("units/v1/aa/committed.png")

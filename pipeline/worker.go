@@ -181,7 +181,7 @@ func (w *Worker) loop(loop, work context.Context) {
 		}
 		queue := w.cfg.Queues[next%len(w.cfg.Queues)]
 		next++
-		claimed, _, err := w.cfg.Store.Fetch(loop, queue, w.cfg.Owner, free, w.cfg.LeaseFor)
+		claimed, _, err := w.cfg.Store.Fetch(loop, &FetchParams{Queue: queue, Owner: w.cfg.Owner, Max: free, LeaseFor: w.cfg.LeaseFor})
 		if err != nil && loop.Err() == nil {
 			w.log.Warn("fetch failed", "queue", queue, "err", err)
 		}

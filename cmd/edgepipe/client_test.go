@@ -355,7 +355,7 @@ func realAPIEnv(t *testing.T) *apiEnv {
 // claim takes the next v1 job like a worker does.
 func (e *apiEnv) claim(t *testing.T) pipeline.Claimed {
 	t.Helper()
-	cs, _, err := e.store.Fetch(context.Background(), "render-v1", "test-worker", 1, time.Minute)
+	cs, _, err := e.store.Fetch(context.Background(), &pipeline.FetchParams{Queue: "render-v1", Owner: "test-worker", Max: 1, LeaseFor: time.Minute})
 	if err != nil || len(cs) != 1 {
 		t.Fatalf("fetch: %v %v", cs, err)
 	}

@@ -123,7 +123,7 @@ func burn(ctx context.Context, b *testing.B, s *Store, workers, n int) int {
 	}()
 	fetched := 0
 	for fetched < n {
-		cs, _, err := s.Fetch(ctx, "render-v1", "bench", fetchBatch, time.Minute)
+		cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "bench", Max: fetchBatch, LeaseFor: time.Minute})
 		if err != nil {
 			b.Fatal(err)
 		}

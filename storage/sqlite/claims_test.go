@@ -22,7 +22,7 @@ func TestClaimTakesOverDeadCleanup(t *testing.T) {
 	s := openTest(t, "", clock)
 	mustCreate(t, s, newJob("v1-a"))
 	mustCreate(t, s, newJob("v1-b"))
-	cs, _, err := s.Fetch(ctx, "render-v1", "w", 2, time.Hour)
+	cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 2, LeaseFor: time.Hour})
 	if err != nil || len(cs) != 2 {
 		t.Fatalf("fetch: %v", err)
 	}
@@ -58,7 +58,7 @@ func TestClaimTakesOverDeadCleanup(t *testing.T) {
 	}
 	// While B (live) deletes, nobody else gets the key.
 	mustCreate(t, s, newJob("v1-c"))
-	cc, _, _ := s.Fetch(ctx, "render-v1", "w", 1, time.Hour)
+	cc, _, _ := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 1, LeaseFor: time.Hour})
 	if len(cc) != 1 {
 		t.Fatal("fetch c")
 	}
@@ -89,7 +89,7 @@ func TestClaimTakesOverDeadSweep(t *testing.T) {
 	}
 	mustCreate(t, s, newJob("v1-a"))
 	clock.Advance(pipeline.StaleDeleteAfter + time.Second)
-	cs, _, _ := s.Fetch(ctx, "render-v1", "w", 1, time.Minute)
+	cs, _, _ := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 1, LeaseFor: time.Minute})
 	if err := s.ClaimObject(ctx, cs[0].Lease, key); !errors.Is(err, pipeline.ErrClaimTakenOver) {
 		t.Fatalf("claim after a dead sweep: %v, want ErrClaimTakenOver", err)
 	}
@@ -104,14 +104,14 @@ func TestReleaseKeepsInfraRun(t *testing.T) {
 	clock := pipeline.NewManualClock(t0)
 	s := openTest(t, "", clock)
 	mustCreate(t, s, newJob("v1-infra"))
-	cs, _, _ := s.Fetch(ctx, "render-v1", "w", 1, time.Minute)
+	cs, _, _ := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 1, LeaseFor: time.Minute})
 	if err := s.Finish(ctx, cs[0].Lease, pipeline.Outcome{Status: pipeline.StatusRetryWait, NextRunAt: clock.Now().Add(time.Second),
 		ErrorClass: pipeline.ClassTransient, ErrorCode: "object_store_error", Infra: true}); err != nil {
 		t.Fatal(err)
 	}
 	since := clock.Now()
 	clock.Advance(time.Minute)
-	cs, _, _ = s.Fetch(ctx, "render-v1", "w", 1, time.Minute)
+	cs, _, _ = s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 1, LeaseFor: time.Minute})
 	if len(cs) != 1 {
 		t.Fatal("fetch")
 	}
@@ -122,7 +122,7 @@ func TestReleaseKeepsInfraRun(t *testing.T) {
 	if err != nil || !j.InfraSince.Equal(since) || j.InfraFailures != 1 {
 		t.Fatalf("after a release: infra_since %v failures %d (%v); want %v and 1", j.InfraSince, j.InfraFailures, err, since)
 	}
-	cs, _, _ = s.Fetch(ctx, "render-v1", "w", 1, time.Minute)
+	cs, _, _ = s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 1, LeaseFor: time.Minute})
 	if err := s.Finish(ctx, cs[0].Lease, pipeline.Outcome{Status: pipeline.StatusRetryWait, NextRunAt: clock.Now().Add(time.Second),
 		ErrorClass: pipeline.ClassTransient, ErrorCode: "provider_rate_limited"}); err != nil {
 		t.Fatal(err)

@@ -77,17 +77,17 @@ func TestFetchDefersLiveLease(t *testing.T) {
 	if err := s.ExecForTest(ctx, `UPDATE queue_messages SET visible_at = 0`); err != nil {
 		t.Fatal(err)
 	}
-	cs, st, err := s.Fetch(ctx, "render-v1", "w2", 10, time.Minute)
+	cs, st, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w2", Max: 10, LeaseFor: time.Minute})
 	if err != nil || len(cs) != 0 || st.Deferred != 1 {
 		t.Fatalf("fetch during a live lease: %d claimed, %+v, %v", len(cs), st, err)
 	}
 	// and it reappears exactly when the lease runs out
 	clock.Set(a.Lease.ExpiresAt.Add(-time.Millisecond))
-	if cs, _, _ := s.Fetch(ctx, "render-v1", "w2", 10, time.Minute); len(cs) != 0 {
+	if cs, _, _ := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w2", Max: 10, LeaseFor: time.Minute}); len(cs) != 0 {
 		t.Fatal("claimed before the lease expired")
 	}
 	clock.Set(a.Lease.ExpiresAt)
-	if cs, _, _ := s.Fetch(ctx, "render-v1", "w2", 10, time.Minute); len(cs) != 1 {
+	if cs, _, _ := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w2", Max: 10, LeaseFor: time.Minute}); len(cs) != 1 {
 		t.Fatal("not claimable once the lease expired")
 	}
 }
@@ -107,7 +107,7 @@ func TestDuplicateMessagesMerge(t *testing.T) {
 	if n := countRows(t, s, `SELECT count(*) FROM queue_messages`); n != 1 {
 		t.Fatalf("%d messages for one job", n)
 	}
-	cs, _, err := s.Fetch(ctx, "render-v1", "w", 10, time.Minute)
+	cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 10, LeaseFor: time.Minute})
 	if err != nil || len(cs) != 1 {
 		t.Fatalf("claimed %d times: %v", len(cs), err)
 	}

@@ -25,7 +25,7 @@ func TestAbandonVersusNewClaimInterleavings(t *testing.T) {
 		s := openTest(t, "", pipeline.NewManualClock(t0))
 		mustCreate(t, s, newJob("v1-a"))
 		mustCreate(t, s, newJob("v1-b"))
-		cs, _, _ := s.Fetch(ctx, "render-v1", "w", 2, time.Minute)
+		cs, _, _ := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 2, LeaseFor: time.Minute})
 		a, b := cs[0].Lease, cs[1].Lease
 		if err := s.ClaimObject(ctx, a, key); err != nil {
 			t.Fatal(err)
@@ -56,7 +56,7 @@ func TestAbandonVersusNewClaimInterleavings(t *testing.T) {
 		s := openTest(t, "", pipeline.NewManualClock(t0))
 		mustCreate(t, s, newJob("v1-a"))
 		mustCreate(t, s, newJob("v1-b"))
-		cs, _, _ := s.Fetch(ctx, "render-v1", "w", 2, time.Minute)
+		cs, _, _ := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 2, LeaseFor: time.Minute})
 		a, b := cs[0].Lease, cs[1].Lease
 		if err := s.ClaimObject(ctx, a, key); err != nil {
 			t.Fatal(err)
@@ -78,7 +78,7 @@ func TestAbandonVersusNewClaimInterleavings(t *testing.T) {
 		s := openTest(t, "", pipeline.NewManualClock(t0))
 		mustCreate(t, s, newJob("v1-a"))
 		mustCreate(t, s, newJob("v1-b"))
-		cs, _, _ := s.Fetch(ctx, "render-v1", "w", 2, time.Minute)
+		cs, _, _ := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 2, LeaseFor: time.Minute})
 		a, b := cs[0].Lease, cs[1].Lease
 		_ = s.ClaimObject(ctx, a, key)
 		_ = s.ClaimObject(ctx, b, key)
@@ -159,7 +159,7 @@ func TestCommitAssetRecordsAndReleases(t *testing.T) {
 	s := openTest(t, "", clock)
 	mustCreate(t, s, newJob("v1-a"))
 	mustCreate(t, s, newJob("v1-b"))
-	cs, _, err := s.Fetch(ctx, "render-v1", "w", 2, time.Minute)
+	cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 2, LeaseFor: time.Minute})
 	if err != nil || len(cs) != 2 {
 		t.Fatalf("fetch %d, %v", len(cs), err)
 	}

@@ -98,7 +98,7 @@ func exerciseEveryWritePath(t *testing.T, s *Store, clock *pipeline.ManualClock)
 	if err := s.CreateJobs(ctx, []pipeline.NewJob{newJob("v1-g")}); err != nil {
 		t.Fatal(err)
 	}
-	cs, _, err := s.Fetch(ctx, "render-v1", "w", 5, time.Minute)
+	cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 5, LeaseFor: time.Minute})
 	if err != nil || len(cs) != 5 {
 		t.Fatalf("fetch %d %v", len(cs), err)
 	}
@@ -146,7 +146,7 @@ func exerciseEveryWritePath(t *testing.T, s *Store, clock *pipeline.ManualClock)
 		t.Fatal(err)
 	}
 	clock.Advance(2 * time.Minute)
-	got, _, err := s.Fetch(ctx, "render-v1", "w2", 50, time.Minute)
+	got, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w2", Max: 50, LeaseFor: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func exerciseEveryWritePath(t *testing.T, s *Store, clock *pipeline.ManualClock)
 	// poison: keep delivering one job until it is dead-lettered
 	for range 5 {
 		clock.Advance(2 * time.Minute)
-		if _, _, err := s.Fetch(ctx, "render-v1", "w3", 50, time.Minute); err != nil {
+		if _, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w3", Max: 50, LeaseFor: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -47,11 +47,15 @@ func deleteMessages(ctx context.Context, tx *wtx, jobID string) error {
 // job is settled are acked and ignored; messages whose job is still leased or
 // backing off are hidden until then; a message delivered MaxDeliveries times
 // without an ack is moved to the dead-letter queue as poison.
-func (s *Store) Fetch(ctx context.Context, queue, owner string, max int, leaseFor time.Duration) ([]pipeline.Claimed, pipeline.FetchStats, error) {
+func (s *Store) Fetch(ctx context.Context, p *pipeline.FetchParams) ([]pipeline.Claimed, pipeline.FetchStats, error) {
 	var (
 		out   []pipeline.Claimed
 		stats pipeline.FetchStats
 	)
+	if p == nil {
+		return nil, stats, fmt.Errorf("%w: fetch needs its parameters", pipeline.ErrInvalidInput)
+	}
+	queue, owner, max, leaseFor := p.Queue, p.Owner, p.Max, p.LeaseFor
 	if max <= 0 || leaseFor <= 0 || owner == "" {
 		return nil, stats, fmt.Errorf("%w: fetch needs an owner, a positive batch size and lease", pipeline.ErrInvalidInput)
 	}

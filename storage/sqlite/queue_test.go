@@ -26,7 +26,7 @@ func TestPoisonMessageDeadLettered(t *testing.T) {
 		}
 		clock.Advance(2 * time.Minute) // the worker died; its lease runs out
 	}
-	cs, st, err := s.Fetch(ctx, "render-v1", "w", 10, time.Minute)
+	cs, st, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 10, LeaseFor: time.Minute})
 	if err != nil || len(cs) != 0 || st.DeadLettered != 1 {
 		t.Fatalf("fourth delivery: %+v %+v %v", cs, st, err)
 	}
@@ -235,7 +235,7 @@ func TestFinishManyIsolatesFencedAttempts(t *testing.T) {
 	s := openTest(t, "", clock)
 	mustCreate(t, s, newJob("v1-a"))
 	mustCreate(t, s, newJob("v1-b"))
-	cs, _, _ := s.Fetch(ctx, "render-v1", "w", 2, time.Minute)
+	cs, _, _ := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 2, LeaseFor: time.Minute})
 	if len(cs) != 2 {
 		t.Fatal(len(cs))
 	}
@@ -281,7 +281,7 @@ func TestConcurrentConsumersTwoHandles(t *testing.T) {
 			defer wg.Done()
 			idle := 0
 			for idle < 20 {
-				cs, _, err := s.Fetch(ctx, "render-v1", fmt.Sprintf("w%d", w), 8, time.Minute)
+				cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: fmt.Sprintf("w%d", w), Max: 8, LeaseFor: time.Minute})
 				if err != nil {
 					t.Errorf("fetch: %v", err)
 					return
@@ -336,13 +336,13 @@ func TestFetchArguments(t *testing.T) {
 	}{
 		{"w", 0, time.Minute}, {"w", -1, time.Minute}, {"w", 1, 0}, {"w", 1, -time.Second}, {"", 1, time.Minute},
 	} {
-		cs, _, err := s.Fetch(ctx, "render-v1", tt.owner, tt.max, tt.lease)
+		cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: tt.owner, Max: tt.max, LeaseFor: tt.lease})
 		if !errors.Is(err, pipeline.ErrInvalidInput) || len(cs) != 0 {
 			t.Errorf("Fetch(owner=%q, max=%d, lease=%s) = %d claimed, %v; want ErrInvalidInput", tt.owner, tt.max, tt.lease, len(cs), err)
 		}
 	}
 	// The smallest valid arguments claim the job.
-	cs, _, err := s.Fetch(ctx, "render-v1", "w", 1, time.Millisecond)
+	cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 1, LeaseFor: time.Millisecond})
 	if err != nil || len(cs) != 1 {
 		t.Fatalf("Fetch(max=1, lease=1ms) = %d claimed, %v", len(cs), err)
 	}

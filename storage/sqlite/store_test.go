@@ -49,7 +49,7 @@ func mustCreate(t *testing.T, s *Store, nj pipeline.NewJob) pipeline.Job {
 
 func fetchOne(t *testing.T, s *Store, queue, owner string) pipeline.Claimed {
 	t.Helper()
-	cs, _, err := s.Fetch(context.Background(), queue, owner, 1, time.Minute)
+	cs, _, err := s.Fetch(context.Background(), &pipeline.FetchParams{Queue: queue, Owner: owner, Max: 1, LeaseFor: time.Minute})
 	if err != nil {
 		t.Fatalf("fetch: %v", err)
 	}
@@ -265,11 +265,11 @@ func TestFetchClaimFinish(t *testing.T) {
 		t.Fatalf("claimed %+v", c)
 	}
 	// The message is invisible while leased.
-	if cs, _, _ := s.Fetch(ctx, "render-v1", "w2", 10, time.Minute); len(cs) != 0 {
+	if cs, _, _ := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w2", Max: 10, LeaseFor: time.Minute}); len(cs) != 0 {
 		t.Fatalf("leased job fetched again: %+v", cs)
 	}
 	// Other queues do not see it.
-	if cs, _, _ := s.Fetch(ctx, "render-v2", "w2", 10, time.Minute); len(cs) != 0 {
+	if cs, _, _ := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v2", Owner: "w2", Max: 10, LeaseFor: time.Minute}); len(cs) != 0 {
 		t.Fatal("job fetched from the wrong queue")
 	}
 	if err := s.Finish(ctx, c.Lease, pipeline.Outcome{Status: pipeline.StatusSucceeded, ResultKey: "renders/x.mp4"}); err != nil {
@@ -313,7 +313,7 @@ func TestRetryWaitReschedulesMessage(t *testing.T) {
 		t.Fatalf("job %+v", j)
 	}
 	clock.Advance(29 * time.Second)
-	if cs, _, _ := s.Fetch(ctx, "render-v1", "w1", 10, time.Minute); len(cs) != 0 {
+	if cs, _, _ := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w1", Max: 10, LeaseFor: time.Minute}); len(cs) != 0 {
 		t.Fatal("fetched before next_run_at")
 	}
 	clock.Advance(time.Second)
@@ -418,7 +418,7 @@ func TestHeartbeatKeepsLease(t *testing.T) {
 		if a.Lease, err = s.Heartbeat(ctx, a.Lease, time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		if cs, _, _ := s.Fetch(ctx, "render-v1", "w2", 1, time.Minute); len(cs) != 0 {
+		if cs, _, _ := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w2", Max: 1, LeaseFor: time.Minute}); len(cs) != 0 {
 			t.Fatal("a heartbeating job was taken over")
 		}
 	}
@@ -442,7 +442,7 @@ func TestRedeliveryForTerminalJobChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	events := countRows(t, s, `SELECT count(*) FROM job_events`)
-	cs, st, err := s.Fetch(ctx, "render-v1", "w2", 10, time.Minute)
+	cs, st, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w2", Max: 10, LeaseFor: time.Minute})
 	if err != nil || len(cs) != 0 || st.AckedSettled != 1 {
 		t.Fatalf("fetch: %+v %+v %v", cs, st, err)
 	}

@@ -54,7 +54,7 @@ func TestFinishDeadLetteredDefaults(t *testing.T) {
 	s := openTest(t, "", pipeline.NewManualClock(t0))
 	mustCreate(t, s, newJob("v1-bare"))
 	mustCreate(t, s, newJob("v1-full"))
-	cs, _, err := s.Fetch(ctx, "render-v1", "w", 2, time.Minute)
+	cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 2, LeaseFor: time.Minute})
 	if err != nil || len(cs) != 2 {
 		t.Fatalf("fetch %d, %v", len(cs), err)
 	}
@@ -163,7 +163,7 @@ func TestFinishManyMixedBatch(t *testing.T) {
 		}
 		mustCreate(t, s, nj)
 	}
-	cs, _, err := s.Fetch(ctx, "render-v1", "w", len(ids), time.Minute)
+	cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: len(ids), LeaseFor: time.Minute})
 	if err != nil || len(cs) != len(ids) {
 		t.Fatalf("fetch %d, %v", len(cs), err)
 	}
@@ -235,7 +235,7 @@ func TestReleaseKeepsDeliveryCount(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cs, stats, err := s.Fetch(ctx, "render-v1", "w1", 1, time.Minute)
+	cs, stats, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w1", Max: 1, LeaseFor: time.Minute})
 	if err != nil || len(cs) != 0 || stats.DeadLettered != 1 {
 		t.Fatalf("fourth delivery: %d claimed, %+v, %v; want it dead-lettered as poison", len(cs), stats, err)
 	}
