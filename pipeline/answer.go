@@ -94,7 +94,7 @@ func (u *unitRun) paidAnswer(ctx context.Context, op string) (*answer, error) {
 		} else if !errors.Is(err, ErrNotFound) {
 			return nil, storeErr(err)
 		}
-		if _, adopted, err := adoptObject(ctx, u.d.Store, u.d.Objects, u.a.lease, key, KindStaged, stagedContentType, 0); err != nil {
+		if _, adopted, err := adoptObject(ctx, u.write(key, KindStaged, stagedContentType)); err != nil {
 			return nil, err
 		} else if adopted {
 			ans := &answer{callID: c.ID, staged: key}
@@ -125,7 +125,7 @@ const stagedContentType = "application/octet-stream"
 // (ownership → object → asset row) and points the call row at it.
 func (u *unitRun) stage(ctx context.Context, ans *answer, op string, r io.Reader) error {
 	key := u.stagingKey(op, ans.callID)
-	a, reused, err := writeObject(ctx, u.d.Store, u.d.Objects, u.a.lease, u.d.Failpoint, key, KindStaged, stagedContentType, 0, r)
+	a, reused, err := writeObject(ctx, u.write(key, KindStaged, stagedContentType), r)
 	if err != nil {
 		return err
 	}
@@ -186,7 +186,7 @@ func (u *unitRun) store(ctx context.Context, ans *answer, key, kind, contentType
 			return err
 		}
 		defer r.Close()
-		a, reused, err := writeObject(ctx, u.d.Store, u.d.Objects, u.a.lease, u.d.Failpoint, key, kind, contentType, 0, r)
+		a, reused, err := writeObject(ctx, u.write(key, kind, contentType), r)
 		if err == nil && !reused {
 			u.d.Metrics.BytesUploaded(kind, a.SizeBytes)
 		}
@@ -229,4 +229,10 @@ func (u *unitRun) discard(ctx context.Context, ans *answer) {
 			u.a.log.Warn("releasing a staged answer failed; the sweeper will", "key", ans.staged, "err", err)
 		}
 	}
+}
+
+// write is the object write of one of this unit's objects under key.
+func (u *unitRun) write(key, kind, contentType string) *objectWrite {
+	return &objectWrite{Ledger: u.d.Store, Objects: u.d.Objects, Lease: u.a.lease, Failpoint: u.d.Failpoint,
+		Key: key, Kind: kind, ContentType: contentType}
 }

@@ -151,7 +151,7 @@ func (u *unitRun) ensure(ctx context.Context, name string) error {
 	} else if !errors.Is(err, ErrNotFound) {
 		return storeErr(err)
 	}
-	if _, adopted, err := adoptObject(ctx, u.d.Store, u.d.Objects, u.a.lease, key, name, contentType, 0); err != nil {
+	if _, adopted, err := adoptObject(ctx, u.write(key, name, contentType)); err != nil {
 		return err
 	} else if adopted {
 		return u.reused(ctx, name, key, true)

@@ -128,7 +128,7 @@ func finalize(ctx context.Context, d FinalizeDeps, a *attempt, clips []string) (
 	if _, err := d.Ledger.GetAsset(ctx, key); err == nil {
 		return key, nil
 	}
-	if _, adopted, err := adoptObject(ctx, d.Ledger, d.Objects, a.lease, key, "render", "video/mp4", a.board.TotalMS()); err != nil {
+	if _, adopted, err := adoptObject(ctx, renderWrite(d, a, key)); err != nil {
 		return "", err
 	} else if adopted {
 		return key, nil
@@ -159,7 +159,7 @@ func finalize(ctx context.Context, d FinalizeDeps, a *attempt, clips []string) (
 		pw.CloseWithError(joinErr)
 	}()
 	src := &failpointReader{r: sourceReader{r: pr}, ctx: ctx, fp: d.Failpoint, name: "mid_upload"}
-	asset, reused, err := writeObject(ctx, d.Ledger, d.Objects, a.lease, d.Failpoint, key, "render", "video/mp4", a.board.TotalMS(), src)
+	asset, reused, err := writeObject(ctx, renderWrite(d, a, key), src)
 	// Whatever happened to the upload, ffmpeg must not outlive it.
 	pr.CloseWithError(errors.New("upload finished"))
 	stopJoin()
@@ -199,4 +199,10 @@ func (f *failpointReader) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// renderWrite is the object write of a job's render under key.
+func renderWrite(d FinalizeDeps, a *attempt, key string) *objectWrite {
+	return &objectWrite{Ledger: d.Ledger, Objects: d.Objects, Lease: a.lease, Failpoint: d.Failpoint,
+		Key: key, Kind: "render", ContentType: "video/mp4", DurationMS: a.board.TotalMS()}
 }

@@ -11,13 +11,28 @@ import (
 	"time"
 )
 
+// objectWrite is one object to store (writeObject) or adopt (adoptObject)
+// by the write protocol, and what it takes: the ledger, the store, the
+// attempt's lease, and the failpoint hook.
+type objectWrite struct {
+	Ledger      ObjectLedger
+	Objects     ObjectStore
+	Lease       Lease
+	Failpoint   Failpoint // writeObject only
+	Key         string
+	Kind        string // image | speech | video | render | staged
+	ContentType string
+	DurationMS  int // renders: the storyboard's length
+}
+
 // writeObject stores r under key by the write protocol of docs/design.md §7:
 // ownership row → object (streamed, create-only) → asset row. If the key
 // already has an asset row the object is reused and r is not read
 // (reused=true). On any failure after the claim, the claim is abandoned and
 // the object deleted only if the ledger says nobody else refers to it.
-func writeObject(ctx context.Context, led ObjectLedger, objs ObjectStore, lease Lease, fp Failpoint,
-	key, kind, contentType string, durationMS int, r io.Reader) (a Asset, reused bool, err error) {
+func writeObject(ctx context.Context, w *objectWrite, r io.Reader) (a Asset, reused bool, err error) {
+	led, objs, lease, fp := w.Ledger, w.Objects, w.Lease, w.Failpoint
+	key, kind, contentType, durationMS := w.Key, w.Kind, w.ContentType, w.DurationMS
 	if a, err := led.GetAsset(ctx, key); err == nil {
 		return a, true, nil
 	} else if !errors.Is(err, ErrNotFound) {
@@ -234,7 +249,9 @@ func (s sourceReader) Read(p []byte) (int, error) {
 // whole object made from these very inputs: it is hashed and given its
 // asset row instead of being paid for and made again. adopted=false means
 // there is nothing to adopt.
-func adoptObject(ctx context.Context, led ObjectLedger, objs ObjectStore, lease Lease, key, kind, contentType string, durationMS int) (Asset, bool, error) {
+func adoptObject(ctx context.Context, w *objectWrite) (Asset, bool, error) {
+	led, objs, lease := w.Ledger, w.Objects, w.Lease
+	key, kind, contentType, durationMS := w.Key, w.Kind, w.ContentType, w.DurationMS
 	if _, err := objs.Head(ctx, key); errors.Is(err, ErrNotFound) {
 		return Asset{}, false, nil // the common case: costs one HEAD
 	} else if err != nil {
