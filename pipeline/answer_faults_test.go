@@ -219,9 +219,7 @@ func TestInfraWindowCountsFromFirstFailure(t *testing.T) {
 // same job parked for review is.
 func TestUnkeptAnswersQuery(t *testing.T) {
 	t.Parallel()
-	if !haveFFmpeg() {
-		t.Skip("the fake provider renders videos with ffmpeg")
-	}
+	needFFmpeg(t, "the fake provider renders videos with ffmpeg")
 	ctx := context.Background()
 	objs := &downStore{}
 	var outage atomic.Bool

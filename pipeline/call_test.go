@@ -50,9 +50,7 @@ func (p *failFirstVideo) VideoStatus(ctx context.Context, ext string) (pipeline.
 // main every retry polled the same failed job and went back to review.
 func TestOperatorRetrySubmitsFailedVideoOnceMore(t *testing.T) {
 	t.Parallel()
-	if !haveFFmpeg() {
-		t.Skip("the fake provider renders videos with ffmpeg")
-	}
+	needFFmpeg(t, "the fake provider renders videos with ffmpeg")
 	ctx := context.Background()
 	prov := &failFirstVideo{}
 	h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers { return prov }))
@@ -268,9 +266,7 @@ func (p *expireFirstOutput) FetchVideo(ctx context.Context, ext string) (pipelin
 // for exactly one more.
 func TestExpiredVideoOutputGoesToReview(t *testing.T) {
 	t.Parallel()
-	if !haveFFmpeg() {
-		t.Skip("the fake provider renders videos with ffmpeg")
-	}
+	needFFmpeg(t, "the fake provider renders videos with ffmpeg")
 	prov := &expireFirstOutput{}
 	h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers { return prov }))
 	const id = "v1-expired"

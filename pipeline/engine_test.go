@@ -129,9 +129,7 @@ func TestAssetFoundByKeyAfterCrashBeforeUnitUpdate(t *testing.T) {
 // result was saved is recovered by polling the stored id: one submit.
 func TestAsyncUnitRecoveredByPolling(t *testing.T) {
 	t.Parallel()
-	if !haveFFmpeg() {
-		t.Skip("ffmpeg not installed: the fake video provider needs it")
-	}
+	needFFmpeg(t, "ffmpeg not installed: the fake video provider needs it")
 	h := newHarness(t)
 	h.submit("v1-async", board(vid("clouds", "", 600)))
 	h.fp.set("after_provider_response", once(errCrash))

@@ -316,6 +316,19 @@ func (stubRenderer) JoinTo(_ context.Context, clips []string, w io.Writer) error
 func (stubRenderer) AlignDurations(ms []int) []int { return ms }
 func (stubRenderer) Fingerprint() string           { return "stub" }
 
+// needFFmpeg skips a test that needs ffmpeg where it is missing, except in
+// CI (CI set), where a suite that cannot run is a failure, not a skip.
+func needFFmpeg(t *testing.T, why string) {
+	t.Helper()
+	if haveFFmpeg() {
+		return
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("ffmpeg/ffprobe not installed and CI is set: %s", why)
+	}
+	t.Skip(why)
+}
+
 func haveFFmpeg() bool {
 	_, e1 := exec.LookPath("ffmpeg")
 	_, e2 := exec.LookPath("ffprobe")
