@@ -121,6 +121,10 @@ func (u *unitRun) paidAnswer(ctx context.Context, op string) (*answer, error) {
 
 const stagedContentType = "application/octet-stream"
 
+// keepTimeout bounds the staging of an answer just paid for, which runs on
+// even when the attempt is canceled.
+const keepTimeout = 2 * time.Minute
+
 // stage writes an answer to its staging key with the object protocol
 // (ownership → object → asset row) and points the call row at it.
 func (u *unitRun) stage(ctx context.Context, ans *answer, op string, r io.Reader) error {
@@ -151,7 +155,11 @@ func (u *unitRun) stage(ctx context.Context, ans *answer, op string, r io.Reader
 func (u *unitRun) keepPaid(call *paidCall, body []byte) (*answer, error) {
 	ctx := call.ctx
 	ans := &answer{callID: call.id, body: body}
-	stageErr := u.withStoreRetries(ctx, func() error { return u.stage(ctx, ans, call.op, bytes.NewReader(body)) })
+	// The answer is paid for: a sibling's failure or a stopping worker must
+	// not cut its staging short (a bound still applies).
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keepTimeout)
+	defer cancel()
+	stageErr := u.withStoreRetries(sctx, func() error { return u.stage(sctx, ans, call.op, bytes.NewReader(body)) })
 	if stageErr != nil {
 		var spoolErr error = errors.New("no spool directory")
 		if u.d.SpoolDir != "" {

@@ -136,15 +136,19 @@ func (w *Worker) pruneLoop(loop, work context.Context) {
 // (Engine.FlushSpool). A failure keeps the spool file for the next round.
 func (w *Worker) flushLoop(loop, work context.Context) {
 	for {
+		last := false
 		select {
 		case <-loop.Done():
-			return
+			last = true // one more round: stop with nothing held locally
 		case <-time.After(w.cfg.FlushEvery):
 		}
 		if n, err := w.cfg.Engine.FlushSpool(work); err != nil {
 			w.log.Warn("staging spooled answers failed; they stay in the spool for now", "err", err)
 		} else if n > 0 {
 			w.log.Info("staged spooled answers", "answers", n)
+		}
+		if last {
+			return
 		}
 	}
 }
