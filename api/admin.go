@@ -464,6 +464,14 @@ var templateFuncs = template.FuncMap{
 		return t.UTC().Format(time.RFC3339)
 	},
 	"detail": detailText,
+	// took is how long a call took (its finish after its intent), "—"
+	// while it has not finished.
+	"took": func(start time.Time, end *time.Time) string {
+		if end == nil {
+			return "—"
+		}
+		return end.Sub(start).Round(time.Millisecond).String()
+	},
 	"deref": func(t *time.Time) time.Time {
 		if t == nil {
 			return time.Time{}

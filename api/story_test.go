@@ -404,12 +404,12 @@ func checkStoryPage(t *testing.T, f storyFixture, page string) {
 			{"2", f.Attempts[1], "worker-b", "v1", "*", "ended *", "needs_review provider_timeout", "2"},
 			{"3", f.Attempts[2], "worker-c", "v1", "*", "ended *", "succeeded", "1"},
 		},
-		// #, scene, op, provider/model, contract, status, billing, http, error, attempt, intended, finished, staged
+		// #, scene, op, provider/model, contract, status, billing, http, error, attempt, intended, took, staged
 		"calls": {
-			{itoa(f.RefusedCall), "0", "image", "fake-image / image-model-1", "fail_closed", "failed", "not_billed", "429", "rate_limited", f.Attempts[0], "*", "*", "—"},
-			{itoa(f.PaidImage), "0", "image", "fake-image / image-model-1", "fail_closed", "succeeded", "billed", "200", "—", f.Attempts[1], "*", "*", "—"},
-			{itoa(f.AmbiguousCall), "0", "speech", "fake-speech / speech-model-1", "fail_closed", "waived", "waived", "—", "provider_timeout", f.Attempts[1], "*", "*", "—"},
-			{itoa(f.PaidSpeech), "0", "speech", "fake-speech / speech-model-1", "fail_closed", "succeeded", "billed", "200", "—", f.Attempts[2], "*", "*", "—"},
+			{itoa(f.RefusedCall), "0", "image", "fake-image / image-model-1", "fail_closed", "failed", "not_billed", "429", "rate_limited", f.Attempts[0], "*", "1s", "—"},
+			{itoa(f.PaidImage), "0", "image", "fake-image / image-model-1", "fail_closed", "succeeded", "billed", "200", "—", f.Attempts[1], "*", "1s", "—"},
+			{itoa(f.AmbiguousCall), "0", "speech", "fake-speech / speech-model-1", "fail_closed", "waived", "waived", "—", "provider_timeout", f.Attempts[1], "*", "1s", "—"},
+			{itoa(f.PaidSpeech), "0", "speech", "fake-speech / speech-model-1", "fail_closed", "succeeded", "billed", "200", "—", f.Attempts[2], "*", "1s", "—"},
 		},
 		"decisions": {
 			{"retry", "alice", storyReason, "*", "waived provider calls #" + itoa(f.AmbiguousCall) + " (accepted paying again)"},
