@@ -70,11 +70,11 @@ func browser(t *testing.T) context.Context {
 }
 
 func TestStoryPageInChromium(t *testing.T) {
+	ctx := browser(t) // first: without a browser there is nothing to build
 	e := newEnv(t)
 	f := buildStory(t, e)
 	ts := httptest.NewServer(e.checked(t))
 	t.Cleanup(ts.Close)
-	ctx := browser(t)
 	tctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 
