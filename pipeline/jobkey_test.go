@@ -23,7 +23,7 @@ func TestJobKey(t *testing.T) {
 	}
 	const id = "v1-invoice-2026-0043"
 	seen := map[string]string{}
-	for _, tenant := range []string{"alice", "bob", "alice-corp", "a", ""} {
+	for _, tenant := range []string{"alice", "bob", "alice-corp", "zed", ""} {
 		k := pipeline.JobKey(tenant, id)
 		if !strings.HasPrefix(k, id+pipeline.JobKeySeparator) || len(k) != len(id)+pipeline.JobKeySuffixLen {
 			t.Errorf("%s's key %q does not start with the instance id and the separator, or has another length", tenant, k)
