@@ -141,6 +141,29 @@ func TestInstanceIDsArePerTenant(t *testing.T) {
 			t.Fatalf("%s's listing: %+v", tok, l.Jobs)
 		}
 	}
+	// A listing's cursor carries the id the tenant knows, never a key.
+	if w := e.submit(t, tokAcme, "invoice-44", withField("instance_id", "v1-invoice-2026-0044")); w.Code != http.StatusAccepted {
+		t.Fatalf("second acme job: %d %s", w.Code, w.Body)
+	}
+	var pages []string
+	cursor := ""
+	for range 3 {
+		l := decode[JobList](t, e.get(t, tokAcme, "/v1/jobs?limit=1"+cursor))
+		for _, j := range l.Jobs {
+			pages = append(pages, j.ID)
+		}
+		if l.NextCursor == nil {
+			break
+		}
+		raw, err := cursorEncoding.DecodeString(*l.NextCursor)
+		if err != nil || strings.Contains(string(raw), pipeline.JobKeySeparator) || !strings.HasSuffix(string(raw), "."+pages[len(pages)-1]) {
+			t.Fatalf("cursor %q (%q, %v) after %v", *l.NextCursor, raw, err, pages)
+		}
+		cursor = "&cursor=" + *l.NextCursor
+	}
+	if strings.Join(pages, ",") != "v1-invoice-2026-0044,"+id {
+		t.Fatalf("acme's pages: %v", pages)
+	}
 }
 
 // requestID and event ids differ between any two calls or jobs; they say
