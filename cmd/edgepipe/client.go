@@ -20,6 +20,8 @@ import (
 	"edgepipe/client"
 	"edgepipe/internal/app"
 	"edgepipe/internal/termtext"
+	"edgepipe/pipeline"
+	"edgepipe/routing"
 )
 
 // Client settings. EDGEPIPE_URL and EDGEPIPE_TOKEN are in app.Known; the
@@ -165,6 +167,10 @@ func firstNonEmpty(vs ...string) string {
 
 // clean makes server text safe for one terminal line.
 func clean(s string, limit int) string { return termtext.Clean(s, limit) }
+
+// keyLimit bounds a printed internal job key (operator commands): an
+// instance id of up to routing.MaxIDLen bytes plus pipeline.JobKey's suffix.
+const keyLimit = routing.MaxIDLen + pipeline.JobKeySuffixLen
 
 // parseArgs parses flags that may come before or after the positional
 // arguments ("submit FILE --wait" as well as "submit --wait FILE"); "--"

@@ -122,7 +122,7 @@ redriven nor discarded).`)
 		if d.DiscardedAt != nil {
 			redriven = "discarded " + d.DiscardedAt.UTC().Format(time.RFC3339) + " by " + clean(d.DiscardedBy, 64) + ": " + clean(d.DiscardReason, 80)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, clean(d.JobID, 64), clean(d.Reason, 32),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, clean(d.JobID, keyLimit), clean(d.Reason, 32),
 			firstNonEmpty(clean(d.Queue, 40), "-"), d.DeadLetteredAt.UTC().Format(time.RFC3339), bound, redriven, clean(d.Detail, 120))
 	}
 	if err := tw.Flush(); err != nil {
@@ -264,7 +264,7 @@ every open dead letter).`)
 		if *asJSON {
 			return writeJSON(e.stdout, d)
 		}
-		fmt.Fprintf(e.stdout, "dead letter %d discarded: job %s (tenant %s, %s) stays dead_lettered\n", id, clean(d.JobID, 64),
+		fmt.Fprintf(e.stdout, "dead letter %d discarded: job %s (tenant %s, %s) stays dead_lettered\n", id, clean(d.JobID, keyLimit),
 			clean(d.Tenant, 64), firstNonEmpty(clean(d.Version, 16), "no version"))
 		return nil
 	}
@@ -275,7 +275,7 @@ every open dead letter).`)
 	if *asJSON {
 		return writeJSON(e.stdout, j)
 	}
-	fmt.Fprintf(e.stdout, "dead letter %d redriven: job %s (tenant %s, %s) is %s again\n", id, clean(j.ID, 64), clean(j.Tenant, 64),
+	fmt.Fprintf(e.stdout, "dead letter %d redriven: job %s (tenant %s, %s) is %s again\n", id, clean(j.ID, keyLimit), clean(j.Tenant, 64),
 		firstNonEmpty(clean(j.Version, 16), "no version"), clean(string(j.Status), 32))
 	return nil
 }
@@ -295,7 +295,7 @@ func (e *cliEnv) printBulk(r client.DeadLetterBulkResult) error {
 			if it.Code != "" {
 				out += " (" + clean(it.Code, 32) + ")"
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", it.DeadLetterID, clean(it.JobID, 64), clean(it.Tenant, 64),
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", it.DeadLetterID, clean(it.JobID, keyLimit), clean(it.Tenant, 64),
 				firstNonEmpty(clean(it.Version, 16), "-"), clean(it.Reason, 32), out)
 		}
 		if err := tw.Flush(); err != nil {
