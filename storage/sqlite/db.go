@@ -94,13 +94,13 @@ func (c Config) Validate() error {
 
 // Store is the SQLite job store and queue.
 type Store struct {
-	cfg       Config
-	write     *sql.DB // exactly one connection
-	stmts     stmtCache
-	group     *committer
-	read      *sql.DB
-	clock     pipeline.Clock
-	log       *slog.Logger
+	cfg   Config
+	write *sql.DB // exactly one connection
+	stmts stmtCache
+	group *committer
+	read  *sql.DB
+	clock pipeline.Clock
+	log   *slog.Logger
 }
 
 // Open opens (creating if needed) the database and applies pending migrations.
