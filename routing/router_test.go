@@ -238,6 +238,8 @@ func TestConfigWarnings(t *testing.T) {
 	}{
 		{0, "", nil},
 		{37, "v1,v2", nil},
+		{0, "v1", nil}, // no new id is v2
+		{1, "v1", []string{"does not bind v2"}},
 		{100, "v1", []string{"does not bind v2"}},
 		{50, "v2", []string{"does not bind v1"}},
 		{0, "v2", []string{"does not bind v1"}},
