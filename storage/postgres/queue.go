@@ -196,10 +196,10 @@ func claimJobs(ctx context.Context, tx pgx.Tx, now int64, owner string, leaseExp
 		return nil, err
 	}
 	var (
-		out                      []pipeline.Claimed
-		evJobs, evFrom, evAtt    []string
-		evDetail                 []string
-		gotMsgs                  []int64
+		out                   []pipeline.Claimed
+		evJobs, evFrom, evAtt []string
+		evDetail              []string
+		gotMsgs               []int64
 	)
 	for _, c := range claims {
 		j, ok := claimed[c.jobID]
