@@ -22,7 +22,7 @@ func appendEvent(ctx context.Context, tx dbtx, now int64, jobID, kind string, fr
 	}
 	var id int64
 	err := tx.QueryRow(ctx, `INSERT INTO job_events (job_id, at, kind, from_status, to_status, attempt_id, detail_json)
-		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`, jobID, now, kind, string(from), string(to), attemptID, d).Scan(&id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7::text::json) RETURNING id`, jobID, now, kind, string(from), string(to), attemptID, d).Scan(&id)
 	return id, err
 }
 
@@ -37,7 +37,7 @@ func scanEvent(r pgx.Row) (pipeline.Event, error) {
 	return e, nil
 }
 
-const eventColumns = `id, job_id, at, kind, from_status, to_status, attempt_id, detail_json`
+const eventColumns = `id, job_id, at, kind, from_status, to_status, attempt_id, detail_json::text`
 
 // Events returns a job's events with id > afterID, oldest first, at most limit
 // (default 1000).

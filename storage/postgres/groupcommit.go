@@ -110,7 +110,7 @@ func (s *Store) commitGroup(batch []createReq) {
 	err := s.inTx(context.Background(), func(tx pgx.Tx) error {
 		return s.createGroupTx(tx, live, res)
 	})
-	if err != nil && len(live) > 1 && (errors.Is(err, ErrConstraint) || errors.Is(err, pipeline.ErrAlreadyExists)) {
+	if err != nil && (errors.Is(err, ErrConstraint) || errors.Is(err, pipeline.ErrAlreadyExists)) {
 		// One request broke the group (a failed statement aborts the whole
 		// Postgres transaction): give each its own transaction.
 		for i, r := range live {

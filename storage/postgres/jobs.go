@@ -122,7 +122,7 @@ const qCreateQueued = `WITH ins AS (
 	RETURNING id),
 ev AS (
 	INSERT INTO job_events (job_id, at, kind, from_status, to_status, attempt_id, detail_json)
-	SELECT id, $9, 'created', '', 'pending', '', $11 FROM ins),
+	SELECT id, $9, 'created', '', 'pending', '', $11::text::json FROM ins),
 msg AS (
 	INSERT INTO queue_messages (queue, job_id, enqueued_at, visible_at)
 	SELECT $8, id, $9, $9 FROM ins)

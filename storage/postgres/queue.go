@@ -224,7 +224,7 @@ func claimJobs(ctx context.Context, tx pgx.Tx, now int64, owner string, leaseExp
 		return nil, err
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO job_events (job_id, at, kind, from_status, to_status, attempt_id, detail_json)
-		SELECT e.job, $1, 'status', e.from_status, 'running', e.att, e.detail
+		SELECT e.job, $1, 'status', e.from_status, 'running', e.att, e.detail::json
 		FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS e(job, from_status, att, detail, n)
 		ORDER BY e.n`, now, evJobs, evFrom, evAtt, evDetail); err != nil {
 		return nil, err

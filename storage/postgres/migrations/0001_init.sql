@@ -98,7 +98,7 @@ CREATE TABLE job_events (
     from_status TEXT NOT NULL DEFAULT '',
     to_status   TEXT NOT NULL DEFAULT '',
     attempt_id  TEXT NOT NULL DEFAULT '',
-    detail_json TEXT NOT NULL DEFAULT '{}'
+    detail_json JSON NOT NULL DEFAULT '{}'          -- safe fields only; json keeps the text as written
 );
 CREATE INDEX job_events_job ON job_events (job_id, id);
 CREATE TRIGGER job_events_append_only_update BEFORE UPDATE ON job_events
