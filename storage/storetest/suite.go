@@ -78,4 +78,11 @@ var suite = []struct {
 	{"WebhookConcurrentClaimsAreDisjoint", testWebhookConcurrentClaimsAreDisjoint},
 	{"WebhookClaimRefusesBadArguments", testWebhookClaimRefusesBadArguments},
 	{"WebhookClaimSmallestArguments", testWebhookClaimSmallestArguments},
+	{"StagedAnswers", testStagedAnswers},
+	{"CommitStaged", testCommitStaged},
+	{"Presence", testPresence},
+	{"DeadLetterUnserved", testDeadLetterUnserved},
+	{"EventCursorSeesEveryEvent", testEventCursorSeesEveryEvent},
+	{"QueueStats", testQueueStats},
+	{"AbandonRacesNewClaim", testAbandonRacesNewClaim},
 }
