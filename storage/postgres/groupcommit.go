@@ -153,6 +153,13 @@ func (s *Store) createGroupTx(tx pgx.Tx, live []createReq, res []createResp) err
 		b.Queue(qCreateQueued, queuedArgs(nj, now)...)
 		queued = append(queued, i)
 	}
+	queues := map[string]bool{}
+	for _, i := range queued {
+		if !queues[live[i].nj.Queue] {
+			queues[live[i].nj.Queue] = true
+			b.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, live[i].nj.Queue)
+		}
+	}
 	if len(queued) > 0 {
 		br := tx.SendBatch(ctx, b)
 		inserted := make([]int, len(queued))
@@ -160,6 +167,13 @@ func (s *Store) createGroupTx(tx pgx.Tx, live []createReq, res []createResp) err
 		for k := range queued {
 			if err = br.QueryRow().Scan(&inserted[k]); err != nil {
 				break
+			}
+		}
+		if err == nil {
+			for range queues { // the notifications' results
+				if _, err = br.Exec(); err != nil {
+					break
+				}
 			}
 		}
 		if cerr := br.Close(); err == nil {

@@ -147,6 +147,9 @@ func (s *Store) createJobTx(ctx context.Context, tx pgx.Tx, now int64, nj pipeli
 		return s.createDeadLetteredTx(ctx, tx, now, nj)
 	}
 	var n int
+	if err := notifyQueue(ctx, tx, nj.Queue); err != nil {
+		return pipeline.Job{}, false, err
+	}
 	if err := tx.QueryRow(ctx, qCreateQueued, queuedArgs(nj, now)...).Scan(&n); err != nil {
 		if isUnique(err, "jobs_pkey") {
 			return pipeline.Job{}, false, fmt.Errorf("%w: job id %s is taken", pipeline.ErrAlreadyExists, nj.ID)

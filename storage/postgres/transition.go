@@ -72,7 +72,9 @@ func settle(ctx context.Context, tx pgx.Tx, now int64, jobID string, from pipeli
 	case pipeline.StatusRetryWait:
 		err = ensureMessage(ctx, tx, now, queue, jobID, ms(o.NextRunAt), false)
 	case pipeline.StatusPending:
-		err = ensureMessage(ctx, tx, now, queue, jobID, now, from == pipeline.StatusRunning)
+		if err = ensureMessage(ctx, tx, now, queue, jobID, now, from == pipeline.StatusRunning); err == nil {
+			err = notifyQueue(ctx, tx, queue)
+		}
 	case pipeline.StatusDeadLettered:
 		if err = deleteMessages(ctx, tx, jobID); err == nil && attemptID != "" {
 			_, err = insertDeadLetter(ctx, tx, now, jobID, queue, o.Reason, o.ErrorCode)
