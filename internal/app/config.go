@@ -42,6 +42,7 @@ var Known = []string{
 	"EDGEPIPE_URL", "EDGEPIPE_TOKEN", // client commands (submit, status, ...)
 	"EDGEPIPE_MINIO_BIN", "EDGEPIPE_BASE_IMAGE", "EDGEPIPE_MINIO_IMAGE", "EDGEPIPE_IMAGE", // tests and images
 	"EDGEPIPE_TEST_DEBUG",
+	"EDGEPIPE_DATABASE_URL", "EDGEPIPE_TEST_DATABASE_URL", // job store (database.go); the Postgres tests' server
 }
 
 // Config is the whole configuration of a process.
@@ -115,6 +116,9 @@ func FromEnv(getenv func(string) string, environ []string) (Config, error) {
 		return c, fmt.Errorf("EDGEPIPE_STORE: must be fs or s3, got %q", c.Store)
 	}
 	c.ObjectsDir = or(getenv("EDGEPIPE_OBJECTS_DIR"), filepath.Join(c.DataDir, "objects"))
+	if err := checkDatabaseURL(getenv("EDGEPIPE_DATABASE_URL")); err != nil {
+		return c, err
+	}
 	var err error
 	if c.Routing, err = routing.ConfigFromEnv(getenv); err != nil {
 		return c, err
