@@ -2,10 +2,12 @@
 -- driver's migrations 0001-0004 in one file (storage/sqlite/migrations).
 -- Every *_at column is a Unix time in milliseconds (UTC), read from the
 -- store's injected clock exactly as the SQLite driver does, so both stores
--- agree on every time and tests can drive one clock for both.
+-- agree on every time and tests can drive one clock for both. Ids and
+-- object keys collate "C" (bytewise, as SQLite compares them), so listings
+-- and cursors order the same whatever the server's locale.
 
 CREATE TABLE jobs (
-    id                  TEXT PRIMARY KEY,          -- the workflow instance id, e.g. v1-01J...
+    id                  TEXT COLLATE "C" PRIMARY KEY, -- the workflow instance id, e.g. v1-01J...
     tenant              TEXT NOT NULL,
     operation           TEXT NOT NULL,
     idempotency_key     TEXT NOT NULL,
@@ -92,7 +94,7 @@ CREATE TRIGGER jobs_no_truncate BEFORE TRUNCATE ON jobs
 -- SSE reader resuming after id N can never miss a later-committed event.
 CREATE TABLE job_events (
     id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    job_id      TEXT NOT NULL REFERENCES jobs (id),
+    job_id      TEXT COLLATE "C" NOT NULL REFERENCES jobs (id),
     at          BIGINT NOT NULL,
     kind        TEXT NOT NULL,
     from_status TEXT NOT NULL DEFAULT '',
@@ -125,7 +127,7 @@ CREATE TABLE units (
 -- The billing audit trail.
 CREATE TABLE provider_calls (
     id               BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    job_id           TEXT NOT NULL REFERENCES jobs (id),
+    job_id           TEXT COLLATE "C" NOT NULL REFERENCES jobs (id),
     scene_index      INTEGER NOT NULL,
     operation        TEXT NOT NULL,
     provider         TEXT NOT NULL,
@@ -147,7 +149,7 @@ CREATE INDEX provider_calls_status_op ON provider_calls (status, operation);
 
 -- Ownership of an object key by an attempt (DESIGN §7).
 CREATE TABLE object_claims (
-    object_key  TEXT NOT NULL,
+    object_key  TEXT COLLATE "C" NOT NULL,
     attempt_id  TEXT NOT NULL,
     job_id      TEXT REFERENCES jobs (id),
     state       TEXT NOT NULL DEFAULT 'writing' CHECK (state IN ('writing','deleting')),
@@ -158,7 +160,7 @@ CREATE INDEX object_claims_job ON object_claims (job_id);
 CREATE INDEX object_claims_claimed ON object_claims (claimed_at);
 
 CREATE TABLE assets (
-    object_key         TEXT PRIMARY KEY,
+    object_key         TEXT COLLATE "C" PRIMARY KEY,
     job_id             TEXT NOT NULL REFERENCES jobs (id),
     kind               TEXT NOT NULL,
     size_bytes         BIGINT NOT NULL CHECK (size_bytes >= 0),
