@@ -24,7 +24,7 @@ test:
 # package; scripts/postgres.sh runs initdb as the postgres user).
 test-postgres:
 	@eval "$$(./scripts/postgres.sh start)"; \
-	$(GO) test -race -tags postgres -count=1 ./storage/...; rc=$$?; \
+	$(GO) test -race -tags postgres -count=1 ./storage/... ./internal/app; rc=$$?; \
 	./scripts/postgres.sh stop "$$EDGEPIPE_PG_DIR"; exit $$rc
 
 bench:
