@@ -98,6 +98,13 @@ func TestStoreConformance(t *testing.T) {
 			return openTest(t, db, clock)
 		},
 		Raw: rawPostgres,
+		RefuseInserts: func(t *testing.T, db storetest.DB, table string) {
+			t.Helper()
+			if _, err := db.Exec(context.Background(), `CREATE TRIGGER refuse_`+table+` BEFORE INSERT ON `+table+`
+				FOR EACH ROW EXECUTE FUNCTION edgepipe_refuse('inserts refused by the test')`); err != nil {
+				t.Fatal(err)
+			}
+		},
 	})
 }
 

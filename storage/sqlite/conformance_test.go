@@ -21,6 +21,13 @@ func TestStoreConformance(t *testing.T) {
 			return openTest(t, db, clock)
 		},
 		Raw: rawSQLite,
+		RefuseInserts: func(t *testing.T, db storetest.DB, table string) {
+			t.Helper()
+			if _, err := db.Exec(context.Background(), `CREATE TRIGGER refuse_`+table+` BEFORE INSERT ON `+table+`
+				BEGIN SELECT RAISE(ABORT, 'inserts refused by the test'); END`); err != nil {
+				t.Fatal(err)
+			}
+		},
 	})
 }
 

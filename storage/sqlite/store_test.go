@@ -47,18 +47,6 @@ func mustCreate(t *testing.T, s *Store, nj pipeline.NewJob) pipeline.Job {
 	return j
 }
 
-func fetchOne(t *testing.T, s *Store, queue, owner string) pipeline.Claimed {
-	t.Helper()
-	cs, _, err := s.Fetch(context.Background(), &pipeline.FetchParams{Queue: queue, Owner: owner, Max: 1, LeaseFor: time.Minute})
-	if err != nil {
-		t.Fatalf("fetch: %v", err)
-	}
-	if len(cs) != 1 {
-		t.Fatalf("fetch got %d jobs, want 1", len(cs))
-	}
-	return cs[0]
-}
-
 func statusOf(t *testing.T, s *Store, id string) pipeline.Status {
 	t.Helper()
 	j, err := s.GetJob(context.Background(), id)
@@ -75,11 +63,6 @@ func countRows(t *testing.T, s *Store, q string, args ...any) int {
 		t.Fatalf("%s: %v", q, err)
 	}
 	return n
-}
-
-func claimsOn(t *testing.T, s *Store, key string) int {
-	t.Helper()
-	return countRows(t, s, `SELECT count(*) FROM object_claims WHERE object_key = ?`, key)
 }
 
 // deadLettered creates n jobs stored directly as dead letters, ids v2-dl000….

@@ -9,30 +9,6 @@ import (
 	"edgepipe/pipeline"
 )
 
-// If the dead-letter row cannot be written, the settlement that needed it
-// is rolled back: no job is dead-lettered without its dead letter.
-func TestDeadLetterInsertFailureRollsBack(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
-	mustCreate(t, s, newJob("v1-refused"))
-	c := fetchOne(t, s, "render-v1", "w1")
-	if err := s.ExecForTest(ctx, `CREATE TRIGGER refuse_dead_letters BEFORE INSERT ON dead_letters
-		BEGIN SELECT RAISE(ABORT, 'dead letters refused'); END`); err != nil {
-		t.Fatal(err)
-	}
-	err := s.Finish(ctx, c.Lease, pipeline.Outcome{Status: pipeline.StatusDeadLettered, Reason: pipeline.ReasonRetriesExhausted})
-	if err == nil {
-		t.Fatal("Finish succeeded although the dead letter could not be written")
-	}
-	if st := statusOf(t, s, "v1-refused"); st != pipeline.StatusRunning {
-		t.Fatalf("job is %s after the failed settlement, want running", st)
-	}
-	if n := countRows(t, s, `SELECT count(*) FROM queue_messages WHERE job_id = 'v1-refused'`); n != 1 {
-		t.Fatalf("%d messages for the job, want its message kept", n)
-	}
-}
-
 // lastStatusEvent returns the detail of a job's latest status event.
 func lastStatusEvent(t *testing.T, s *Store, id string) (pipeline.Event, map[string]any) {
 	t.Helper()

@@ -69,6 +69,10 @@ type Harness struct {
 	// Raw opens the second connection on the named database, closed when t
 	// ends.
 	Raw func(t *testing.T, db string) DB
+	// RefuseInserts makes every later INSERT into table fail (a trigger in
+	// the driver's dialect), so the suite can show a transaction rolls back
+	// whole when its last write fails.
+	RefuseInserts func(t *testing.T, db DB, table string)
 }
 
 // Exercise runs the whole suite against the driver h opens.

@@ -85,4 +85,5 @@ var suite = []struct {
 	{"EventCursorSeesEveryEvent", testEventCursorSeesEveryEvent},
 	{"QueueStats", testQueueStats},
 	{"AbandonRacesNewClaim", testAbandonRacesNewClaim},
+	{"DeadLetterInsertFailureRollsBack", testDeadLetterInsertFailureRollsBack},
 }
