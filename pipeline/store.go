@@ -79,6 +79,12 @@ type ListFilter struct {
 	AllTenants     bool
 	Statuses       []Status
 	RequiresAction bool
+	// Version keeps jobs of one workflow version (v1, v2, ...).
+	Version string
+	// CreatedBefore and CreatedAfter bound the creation time (either may be
+	// zero): the operator's age filter.
+	CreatedBefore time.Time
+	CreatedAfter  time.Time
 	// After is the cursor: the (created_at, id) of the last job of the
 	// previous page, as returned in ListPage.Next.
 	After Cursor

@@ -294,6 +294,15 @@ func (s *Store) ListJobs(ctx context.Context, f pipeline.ListFilter) ([]pipeline
 	if f.RequiresAction {
 		q += ` AND requires_action = 1`
 	}
+	if f.Version != "" {
+		q += ` AND workflow_version = ` + arg(f.Version)
+	}
+	if !f.CreatedBefore.IsZero() {
+		q += ` AND created_at <= ` + arg(ms(f.CreatedBefore))
+	}
+	if !f.CreatedAfter.IsZero() {
+		q += ` AND created_at >= ` + arg(ms(f.CreatedAfter))
+	}
 	if f.After.ID != "" {
 		q += ` AND (created_at, id) < (` + arg(f.After.CreatedAtMS) + `::bigint, ` + arg(f.After.ID) + `::text)`
 	}

@@ -86,4 +86,6 @@ var suite = []struct {
 	{"QueueStats", testQueueStats},
 	{"AbandonRacesNewClaim", testAbandonRacesNewClaim},
 	{"DeadLetterInsertFailureRollsBack", testDeadLetterInsertFailureRollsBack},
+	{"JobStory", testJobStory},
+	{"ListJobsVersionAndAge", testListJobsVersionAndAge},
 }
