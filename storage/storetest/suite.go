@@ -88,4 +88,6 @@ var suite = []struct {
 	{"DeadLetterInsertFailureRollsBack", testDeadLetterInsertFailureRollsBack},
 	{"JobStory", testJobStory},
 	{"ListJobsVersionAndAge", testListJobsVersionAndAge},
+	{"FinishManyIsolatesFencedAttempts", testFinishManyIsolatesFencedAttempts},
+	{"FinishManyMixedBatch", testFinishManyMixedBatch},
 }
