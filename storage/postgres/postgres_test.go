@@ -5,11 +5,13 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"edgepipe/pipeline"
 )
@@ -178,5 +180,46 @@ func TestListenerWakesOnCommit(t *testing.T) {
 	}
 	if _, err := NewListener(ListenerConfig{URL: url}); !errors.Is(err, pipeline.ErrInvalidInput) {
 		t.Fatalf("listener without a wake function: %v", err)
+	}
+}
+
+// A deadlock or serialization failure reruns the transaction from the
+// start, a bounded number of times; other errors are returned at once.
+func TestTransactionRetry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := newDatabase(t)
+	s, err := Open(ctx, Config{URL: url, MaxRetries: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	calls := 0
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		calls++
+		if _, err := tx.Exec(ctx, `INSERT INTO process_bindings VALUES ($1, 'worker', 'v1', 0, 0)`, fmt.Sprint("p", calls)); err != nil {
+			return err
+		}
+		if calls < 3 {
+			return &pgconn.PgError{Code: "40P01", Message: "deadlock detected"}
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Fatalf("err %v after %d runs, want success on the third", err, calls)
+	}
+	var rows int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM process_bindings`).Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("%d rows (%v): a failed run's writes survived", rows, err)
+	}
+	calls = 0
+	err = s.inTx(ctx, func(tx pgx.Tx) error { calls++; return &pgconn.PgError{Code: "40001", Message: "could not serialize"} })
+	if !retryable(err) || calls != 3 {
+		t.Fatalf("gave up after %d runs with %v, want 3 runs", calls, err)
+	}
+	calls = 0
+	err = s.inTx(ctx, func(tx pgx.Tx) error { calls++; return pipeline.ErrInvalidInput })
+	if !errors.Is(err, pipeline.ErrInvalidInput) || calls != 1 {
+		t.Fatalf("a refusal was retried: %d runs, %v", calls, err)
 	}
 }
