@@ -223,3 +223,47 @@ func TestTransactionRetry(t *testing.T) {
 		t.Fatalf("a refusal was retried: %d runs, %v", calls, err)
 	}
 }
+
+// A listener whose connection is killed reconnects and hears the next
+// commit (polling covers what it missed meanwhile).
+func TestListenerReconnects(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := newDatabase(t)
+	s := openTest(t, url, nil)
+	woken := make(chan string, 16)
+	l, err := NewListener(ListenerConfig{URL: url, Retry: 50 * time.Millisecond, Wake: func(q string) {
+		select {
+		case woken <- q:
+		default:
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Stop(ctx)
+	<-l.Ready()
+	raw := rawPostgres(t, url)
+	var killed bool
+	if err := raw.QueryRow(ctx, `SELECT bool_or(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'LISTEN%'`).Scan(&killed); err != nil || !killed {
+		t.Fatalf("terminate the listener's backend: %v %v", killed, err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; ; i++ {
+		if _, _, err := s.CreateJob(ctx, newJob(fmt.Sprintf("v1-re%d", i))); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-woken:
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the listener never came back after its connection was killed")
+		}
+	}
+}
