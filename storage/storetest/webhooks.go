@@ -14,8 +14,7 @@ import (
 	"edgepipe/webhook"
 )
 
-// The dispatcher's store (it lives in webhook, which this driver must not
-// import outside tests).
+// Every store the suite runs is the dispatcher's store too.
 var _ webhook.Store = (*env)(nil)
 
 var webhookT0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
