@@ -2,7 +2,7 @@
 GO ?= go
 export CGO_ENABLED := 1
 
-.PHONY: setup run test build vet bench demo images acceptance up chaos mutation chromium
+.PHONY: setup run test test-postgres build vet bench demo images acceptance up chaos mutation chromium
 
 build:
 	$(GO) build -o bin/edgepipe ./cmd/edgepipe
@@ -19,6 +19,13 @@ demo: setup build
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+
+# The job-store suites against a throwaway PostgreSQL (Debian's postgresql
+# package; scripts/postgres.sh runs initdb as the postgres user).
+test-postgres:
+	@eval "$$(./scripts/postgres.sh start)"; \
+	$(GO) test -race -tags postgres -count=1 ./storage/... ./internal/app; rc=$$?; \
+	./scripts/postgres.sh stop "$$EDGEPIPE_PG_DIR"; exit $$rc
 
 bench:
 	$(GO) test ./storage/sqlite -run '^$$' -bench BurnDown -benchtime 20000x

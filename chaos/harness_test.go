@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +29,8 @@ import (
 
 	"edgepipe/client"
 	"edgepipe/pipeline"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Settings of the suites (see the package documentation).
@@ -292,7 +295,7 @@ type clusterConfig struct {
 
 func newCluster(t testing.TB, cfg clusterConfig) *cluster {
 	t.Helper()
-	c := &cluster{t: t, name: t.Name(), logDir: logDir(t), env: cfg.Env, dataDir: cfg.DataDir}
+	c := &cluster{t: t, name: t.Name(), logDir: logDir(t), env: append(postgresEnv(t), cfg.Env...), dataDir: cfg.DataDir}
 	if c.dataDir == "" {
 		c.dataDir = t.TempDir()
 		if logRoot != "" {
@@ -902,4 +905,43 @@ func (c *cluster) probeAll(ctx context.Context, js []job) int {
 		n++
 	}
 	return n
+}
+
+// postgresEnv: with CHAOS_STORE=postgres the cluster's job store is a fresh
+// Postgres database on the server of EDGEPIPE_TEST_DATABASE_URL
+// (scripts/postgres.sh) instead of the SQLite file in its data directory,
+// so the crash matrix runs on both stores.
+func postgresEnv(t testing.TB) []string {
+	t.Helper()
+	if os.Getenv("CHAOS_STORE") != "postgres" {
+		return nil
+	}
+	admin := os.Getenv("EDGEPIPE_TEST_DATABASE_URL")
+	if admin == "" {
+		t.Fatal("CHAOS_STORE=postgres needs EDGEPIPE_TEST_DATABASE_URL (scripts/postgres.sh start)")
+	}
+	u, err := url.Parse(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "edgepipe_chaos_" + hex.EncodeToString(b[:])
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if c, err := pgx.Connect(context.Background(), admin); err == nil {
+			_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			c.Close(context.Background())
+		}
+	})
+	u.Path = "/" + name
+	return []string{"EDGEPIPE_DATABASE_URL=" + u.String()}
 }

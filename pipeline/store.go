@@ -254,6 +254,13 @@ func (c ProviderCall) MayHaveBilled() bool {
 	return false
 }
 
+// Finished pairs an attempt's lease with its outcome for a batch completer
+// (the job stores' FinishMany, like River's).
+type Finished struct {
+	Lease   Lease
+	Outcome Outcome
+}
+
 // FetchParams are Store.Fetch's: claim up to Max visible messages of
 // Queue for Owner, each with a lease of LeaseFor.
 type FetchParams struct {

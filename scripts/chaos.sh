@@ -21,6 +21,9 @@
 #   CHAOS_PARALLEL=N          cases run at once (default 3)
 #   CHAOS_OUTAGE=DUR          how long TestStorageOutage stops MinIO (default
 #                             5m; 60s with --ci)
+#   CHAOS_STORE=postgres      every cluster's job store is a fresh database on
+#                             the server of EDGEPIPE_TEST_DATABASE_URL
+#                             (scripts/postgres.sh start) instead of SQLite
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$HOME/go/bin:$PATH"

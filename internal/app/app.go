@@ -24,7 +24,6 @@ import (
 	"edgepipe/routing"
 	"edgepipe/storage/fs"
 	"edgepipe/storage/s3"
-	"edgepipe/storage/sqlite"
 	"edgepipe/webhook"
 )
 
@@ -33,7 +32,7 @@ import (
 type App struct {
 	Cfg     Config
 	Log     *slog.Logger
-	Store   *sqlite.Store
+	Store   JobStore
 	Objects pipeline.ObjectStore
 	Router  *routing.Router
 	Metrics *api.Metrics
@@ -55,7 +54,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("EDGEPIPE_DATA_DIR: %w", err)
 	}
-	if a.Store, err = sqlite.Open(ctx, sqlite.Config{Path: cfg.DBPath(), Logger: log}); err != nil {
+	if a.Store, err = openJobStore(ctx, cfg, log); err != nil {
 		return nil, err
 	}
 	if a.Objects, err = openObjects(ctx, cfg, log); err != nil {

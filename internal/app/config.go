@@ -36,6 +36,7 @@ var Known = knownSettings()
 // testSettings are read by tests and image builds, not by a process.
 var testSettings = []string{
 	"EDGEPIPE_MINIO_BIN", "EDGEPIPE_BASE_IMAGE", "EDGEPIPE_MINIO_IMAGE", "EDGEPIPE_IMAGE", "EDGEPIPE_TEST_DEBUG", "EDGEPIPE_CHROMIUM",
+	"EDGEPIPE_TEST_DATABASE_URL", // the Postgres tests' server
 }
 
 // readNames is every setting name the parsers read, in reading order:
@@ -165,6 +166,9 @@ func parse(getenv func(string) string) (Config, error) {
 		return c, fmt.Errorf("EDGEPIPE_STORE: must be fs or s3, got %q", c.Store)
 	}
 	c.ObjectsDir = or(getenv("EDGEPIPE_OBJECTS_DIR"), filepath.Join(c.DataDir, "objects"))
+	if err := checkDatabaseURL(getenv("EDGEPIPE_DATABASE_URL")); err != nil {
+		return c, err
+	}
 	var err error
 	if c.Routing, err = routingSettings(getenv); err != nil {
 		return c, err

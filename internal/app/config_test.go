@@ -267,3 +267,37 @@ func TestProviderCredentialSettings(t *testing.T) {
 		t.Errorf("Replicate = %+v", r)
 	}
 }
+
+// EDGEPIPE_DATABASE_URL is a Postgres URL or empty (SQLite); anything else
+// is refused at start-up without echoing the value, which may hold a
+// password.
+func TestDatabaseURL(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		url, kind string
+		ok        bool
+	}{
+		{"", "sqlite", true},
+		{"postgres://edgepipe:pw@db:5432/edgepipe", "postgres", true},
+		{"postgresql://db/edgepipe?sslmode=disable", "postgres", true},
+		{"mysql://u:sekrit@db/x", "", false},
+		{"postgres:///nohost", "", false},
+		{"sekrit", "", false},
+	} {
+		env := map[string]string{"EDGEPIPE_DATABASE_URL": tt.url}
+		cfg, err := FromEnv(func(k string) string { return env[k] }, nil)
+		if tt.ok != (err == nil) {
+			t.Errorf("%q: err = %v", tt.url, err)
+			continue
+		}
+		if err != nil {
+			if strings.Contains(err.Error(), "sekrit") || !strings.Contains(err.Error(), "EDGEPIPE_DATABASE_URL") {
+				t.Errorf("%q: error %q must name the setting and not echo it", tt.url, err)
+			}
+			continue
+		}
+		if cfg.DatabaseKind() != tt.kind || cfg.DatabaseURL() != tt.url {
+			t.Errorf("%q: kind %s url %q", tt.url, cfg.DatabaseKind(), cfg.DatabaseURL())
+		}
+	}
+}

@@ -133,3 +133,11 @@ func TestMigration0005BackfillsInstanceIDs(t *testing.T) {
 		t.Fatalf("acme's own migrated id again: %v, want ErrAlreadyExists", err)
 	}
 }
+
+// tenantJob is tenant's job submitted as instanceID, keyed as the API keys
+// it (pipeline.JobKey).
+func tenantJob(tenant, instanceID, key string) pipeline.NewJob {
+	nj := newJob(pipeline.JobKey(tenant, instanceID))
+	nj.InstanceID, nj.Tenant, nj.IdempotencyKey = instanceID, tenant, key
+	return nj
+}

@@ -1,4 +1,4 @@
-package sqlite
+package storetest
 
 // The read queries of the store (listing, /metrics counts, the consistency
 // checker's scans, the sweeper's reference check and the dead-letter reads),
@@ -20,7 +20,7 @@ import (
 
 // ownQueueJob creates a job of tenant on its own queue ("q-"+id), so that
 // fetching it claims exactly that job.
-func ownQueueJob(t *testing.T, s *Store, id, tenant string) pipeline.NewJob {
+func ownQueueJob(t *testing.T, s *env, id, tenant string) pipeline.NewJob {
 	t.Helper()
 	nj := newJob(id)
 	nj.Tenant, nj.Queue = tenant, "q-"+id
@@ -29,7 +29,7 @@ func ownQueueJob(t *testing.T, s *Store, id, tenant string) pipeline.NewJob {
 }
 
 // claimOwn creates a job on its own queue and fetches it.
-func claimOwn(t *testing.T, s *Store, id, tenant string) pipeline.Claimed {
+func claimOwn(t *testing.T, s *env, id, tenant string) pipeline.Claimed {
 	t.Helper()
 	nj := ownQueueJob(t, s, id, tenant)
 	return fetchOne(t, s, nj.Queue, "w-"+id)
@@ -43,7 +43,7 @@ func jobIDs(js []pipeline.Job) []string {
 	return ids
 }
 
-func mustList(t *testing.T, s *Store, f pipeline.ListFilter) ([]pipeline.Job, pipeline.Cursor) {
+func mustList(t *testing.T, s *env, f pipeline.ListFilter) ([]pipeline.Job, pipeline.Cursor) {
 	t.Helper()
 	js, next, err := s.ListJobs(context.Background(), f)
 	if err != nil {
@@ -58,7 +58,7 @@ func cursorOf(j pipeline.Job) pipeline.Cursor {
 
 // mixedStatuses builds one job per line below, 1ms apart, so listings are
 // newest first in exactly the reverse of this order.
-func mixedStatuses(t *testing.T, s *Store, clock *pipeline.ManualClock) {
+func mixedStatuses(t *testing.T, s *env, clock *pipeline.ManualClock) {
 	t.Helper()
 	ctx := context.Background()
 	step := func() { clock.Advance(time.Millisecond) }
@@ -124,11 +124,11 @@ func mixedStatuses(t *testing.T, s *Store, clock *pipeline.ManualClock) {
 
 // Listing is scoped to one tenant unless the caller is an operator; a
 // missing tenant is refused, never widened to everyone.
-func TestListJobsTenantScope(t *testing.T) {
+func testListJobsTenantScope(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	mixedStatuses(t, s, clock)
 
 	for _, f := range []pipeline.ListFilter{{}, {Statuses: []pipeline.Status{pipeline.StatusPending}}, {RequiresAction: true, Limit: 10}} {
@@ -168,10 +168,10 @@ func TestListJobsTenantScope(t *testing.T) {
 }
 
 // Status and requires-action filters, alone and combined with the tenant.
-func TestListJobsFilters(t *testing.T) {
+func testListJobsFilters(t *testing.T, h *Harness) {
 	t.Parallel()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	mixedStatuses(t, s, clock)
 	st := func(ss ...pipeline.Status) []pipeline.Status { return ss }
 	tests := []struct {
@@ -222,11 +222,11 @@ func TestListJobsFilters(t *testing.T) {
 
 // Newest first by (created_at, id), paged with a cursor that is zero exactly
 // on the last page; ties on created_at are broken by id, descending.
-func TestListJobsOrderAndCursor(t *testing.T) {
+func testListJobsOrderAndCursor(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	// Three at t0 (created out of id order), one 1ms later, two 1s later.
 	for _, id := range []string{"v1-m", "v1-z", "v1-k"} {
 		mustCreate(t, s, newJob(id))
@@ -313,10 +313,10 @@ func TestListJobsOrderAndCursor(t *testing.T) {
 }
 
 // The page size defaults to 50 when not positive and is clamped to 500.
-func TestListJobsLimitDefaultAndClamp(t *testing.T) {
+func testListJobsLimitDefaultAndClamp(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	const n = 502
 	njs := make([]pipeline.NewJob, n)
 	for i := range njs {
@@ -359,11 +359,11 @@ func TestListJobsLimitDefaultAndClamp(t *testing.T) {
 }
 
 // CountByStatus counts every job once, by its current status, across tenants.
-func TestCountByStatus(t *testing.T) {
+func testCountByStatus(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	got, err := s.CountByStatus(ctx)
 	if err != nil || got == nil || len(got) != 0 {
 		t.Fatalf("empty store: %v, %v; want an empty map", got, err)
@@ -397,7 +397,7 @@ type callSpec struct {
 	status   string // intent leaves the call open
 }
 
-func recordCalls(t *testing.T, s *Store, c pipeline.Claimed, calls []callSpec) {
+func recordCalls(t *testing.T, s *env, c pipeline.Claimed, calls []callSpec) {
 	t.Helper()
 	ctx := context.Background()
 	for i, cl := range calls {
@@ -418,7 +418,7 @@ func recordCalls(t *testing.T, s *Store, c pipeline.Claimed, calls []callSpec) {
 // billingFixture writes an audit trail over three jobs. v1-bill-w went to
 // review and an operator retried it, which waived its unknown calls and its
 // answered image/speech calls (no unit holds their artifacts).
-func billingFixture(t *testing.T, s *Store) {
+func billingFixture(t *testing.T, s *env) {
 	t.Helper()
 	ctx := context.Background()
 	const (
@@ -476,10 +476,10 @@ func billingFixture(t *testing.T, s *Store) {
 
 // Only intent, succeeded and ambiguous calls may have been billed; not_sent,
 // failed and waived ones are not counted.
-func TestCountBilledCallsByStatus(t *testing.T) {
+func testCountBilledCallsByStatus(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	got, err := s.CountBilledCalls(ctx)
 	if err != nil || got == nil || len(got) != 0 {
 		t.Fatalf("empty store: %v, %v; want an empty map", got, err)
@@ -500,10 +500,10 @@ func TestCountBilledCallsByStatus(t *testing.T) {
 
 // Groups of more than one possibly billed call per (job, scene, op,
 // contract), ordered by job and scene.
-func TestBilledCallGroups(t *testing.T) {
+func testBilledCallGroups(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	if gs, err := s.BilledCallGroups(ctx); err != nil || len(gs) != 0 {
 		t.Fatalf("empty store: %+v, %v", gs, err)
 	}
@@ -536,10 +536,10 @@ func TestBilledCallGroups(t *testing.T) {
 }
 
 // WaivedCalls maps "job/scene" to the waived calls per operation.
-func TestWaivedCalls(t *testing.T) {
+func testWaivedCalls(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	if got, err := s.WaivedCalls(ctx); err != nil || got == nil || len(got) != 0 {
 		t.Fatalf("empty store: %v, %v; want an empty map", got, err)
 	}
@@ -562,11 +562,11 @@ var errStop = errors.New("stop here")
 
 // EachJob visits every job, whatever its tenant or status, in id order, as
 // stored; the callback's error stops the walk and is returned.
-func TestEachJob(t *testing.T) {
+func testEachJob(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	calls := 0
 	if err := s.EachJob(ctx, func(pipeline.Job) error { calls++; return nil }); err != nil || calls != 0 {
 		t.Fatalf("empty store: %d calls, %v", calls, err)
@@ -602,11 +602,11 @@ func TestEachJob(t *testing.T) {
 
 // EachAuditEvent yields created, status, redriven and stage_started events
 // only, ordered by job and then by event id, as Events stores them.
-func TestEachAuditEvent(t *testing.T) {
+func testEachAuditEvent(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	calls := 0
 	if err := s.EachAuditEvent(ctx, func(pipeline.AuditEvent) error { calls++; return nil }); err != nil || calls != 0 {
 		t.Fatalf("empty store: %d calls, %v", calls, err)
@@ -716,11 +716,11 @@ func TestEachAuditEvent(t *testing.T) {
 
 // ListAssets walks committed assets in key order; claims without a commit
 // are not assets.
-func TestListAssets(t *testing.T) {
+func testListAssets(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	calls := 0
 	if err := s.ListAssets(ctx, func(pipeline.Asset) error { calls++; return nil }); err != nil || calls != 0 {
 		t.Fatalf("empty store: %d calls, %v", calls, err)
@@ -779,11 +779,11 @@ func TestListAssets(t *testing.T) {
 
 // KeyReferenced: an asset row, a 'deleting' claim, or a 'writing' claim of
 // the current attempt of a running job whose lease has not yet expired.
-func TestKeyReferenced(t *testing.T) {
+func testKeyReferenced(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	check := func(key string, want bool) {
 		t.Helper()
 		got, err := s.KeyReferenced(ctx, key)
@@ -859,11 +859,11 @@ func TestKeyReferenced(t *testing.T) {
 
 // Open dead letters are counted by reason; GetDeadLetter reads one row,
 // before and after its redrive.
-func TestDeadLetterReads(t *testing.T) {
+func testDeadLetterReads(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	if got, err := s.CountDeadLetters(ctx); err != nil || got == nil || len(got) != 0 {
 		t.Fatalf("empty store: %v, %v; want an empty map", got, err)
 	}

@@ -1,4 +1,4 @@
-package sqlite
+package storetest
 
 import (
 	"context"
@@ -12,10 +12,10 @@ import (
 
 // Finishing an attempt that gave up records one dead letter with the
 // outcome's reason and the job's queue, and the status event says why.
-func TestFinishDeadLetteredRecordsReason(t *testing.T) {
+func testFinishDeadLetteredRecordsReason(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	mustCreate(t, s, newJob("v1-gaveup"))
 	c := fetchOne(t, s, "render-v1", "w1")
 	if err := s.Finish(ctx, c.Lease, pipeline.Outcome{Status: pipeline.StatusDeadLettered, Reason: pipeline.ReasonRetriesExhausted,
@@ -48,10 +48,10 @@ func TestFinishDeadLetteredRecordsReason(t *testing.T) {
 
 // A dead_lettered outcome without an error code or message gets the reason
 // as its code and a readable message; given ones are kept.
-func TestFinishDeadLetteredDefaults(t *testing.T) {
+func testFinishDeadLetteredDefaults(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	mustCreate(t, s, newJob("v1-bare"))
 	mustCreate(t, s, newJob("v1-full"))
 	cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 2, LeaseFor: time.Minute})
@@ -76,35 +76,11 @@ func TestFinishDeadLetteredDefaults(t *testing.T) {
 	}
 }
 
-// If the dead-letter row cannot be written, the settlement that needed it
-// is rolled back: no job is dead-lettered without its dead letter.
-func TestDeadLetterInsertFailureRollsBack(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
-	mustCreate(t, s, newJob("v1-refused"))
-	c := fetchOne(t, s, "render-v1", "w1")
-	if err := s.ExecForTest(ctx, `CREATE TRIGGER refuse_dead_letters BEFORE INSERT ON dead_letters
-		BEGIN SELECT RAISE(ABORT, 'dead letters refused'); END`); err != nil {
-		t.Fatal(err)
-	}
-	err := s.Finish(ctx, c.Lease, pipeline.Outcome{Status: pipeline.StatusDeadLettered, Reason: pipeline.ReasonRetriesExhausted})
-	if err == nil {
-		t.Fatal("Finish succeeded although the dead letter could not be written")
-	}
-	if st := statusOf(t, s, "v1-refused"); st != pipeline.StatusRunning {
-		t.Fatalf("job is %s after the failed settlement, want running", st)
-	}
-	if n := countRows(t, s, `SELECT count(*) FROM queue_messages WHERE job_id = 'v1-refused'`); n != 1 {
-		t.Fatalf("%d messages for the job, want its message kept", n)
-	}
-}
-
 // A retry_wait event carries when the job runs next and no reason.
-func TestFinishRetryWaitEventDetail(t *testing.T) {
+func testFinishRetryWaitEventDetail(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	mustCreate(t, s, newJob("v1-later"))
 	c := fetchOne(t, s, "render-v1", "w1")
 	next := t0.Add(90 * time.Second)
@@ -133,7 +109,7 @@ func TestFinishRetryWaitEventDetail(t *testing.T) {
 }
 
 // lastStatusEvent returns the detail of a job's latest status event.
-func lastStatusEvent(t *testing.T, s *Store, id string) (pipeline.Event, map[string]any) {
+func lastStatusEvent(t *testing.T, s *env, id string) (pipeline.Event, map[string]any) {
 	t.Helper()
 	evs, err := s.Events(context.Background(), id, 0, 0)
 	if err != nil || len(evs) == 0 {
@@ -147,84 +123,14 @@ func lastStatusEvent(t *testing.T, s *Store, id string) (pipeline.Event, map[str
 	return last, d
 }
 
-// FinishMany settles a batch mixing outcomes that take the bulk path
-// (succeeded, failed) and ones that do not (retry_wait): every job ends as
-// told, each status event carries its error code, if any, and a settled
-// job with a webhook gets its delivery.
-func TestFinishManyMixedBatch(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
-	ids := []string{"v1-m0", "v1-m1", "v1-m2", "v1-m3"}
-	for _, id := range ids {
-		nj := newJob(id)
-		if id != "v1-m0" {
-			nj.WebhookURL = "https://hooks.example.test/" + id
-		}
-		mustCreate(t, s, nj)
-	}
-	cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: len(ids), LeaseFor: time.Minute})
-	if err != nil || len(cs) != len(ids) {
-		t.Fatalf("fetch %d, %v", len(cs), err)
-	}
-	outcomes := map[string]pipeline.Outcome{
-		"v1-m0": {Status: pipeline.StatusRetryWait, NextRunAt: t0.Add(time.Minute), ErrorClass: pipeline.ClassTransient, ErrorCode: "provider_rate_limited"},
-		"v1-m1": {Status: pipeline.StatusSucceeded, ResultKey: "renders/v1/aa/m1.mp4"},
-		"v1-m2": {Status: pipeline.StatusFailed, ErrorClass: pipeline.ClassPermanent, ErrorCode: "bad_prompt", ErrorMessage: "refused"},
-		"v1-m3": {Status: pipeline.StatusRetryWait, NextRunAt: t0.Add(2 * time.Minute), ErrorClass: pipeline.ClassTransient, ErrorCode: "provider_timeout"},
-	}
-	var fs []Finished
-	for _, c := range cs {
-		fs = append(fs, Finished{Lease: c.Lease, Outcome: outcomes[c.Job.ID]})
-	}
-	errs, err := s.FinishMany(ctx, fs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, e := range errs {
-		if e != nil {
-			t.Errorf("FinishMany item %d (%s): %v", i, fs[i].Lease.JobID, e)
-		}
-	}
-	for id, o := range outcomes {
-		j, err := s.GetJob(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if j.Status != o.Status || j.LastErrorCode != o.ErrorCode || j.ResultKey != o.ResultKey {
-			t.Errorf("%s: status %s code %q result %q; want %s %q %q", id, j.Status, j.LastErrorCode, j.ResultKey, o.Status, o.ErrorCode, o.ResultKey)
-		}
-		ev, d := lastStatusEvent(t, s, id)
-		if ev.ToStatus != o.Status {
-			t.Errorf("%s: last event to %s, want %s", id, ev.ToStatus, o.Status)
-		}
-		code, has := d["error_code"]
-		if (o.ErrorCode != "") != has || (has && code != o.ErrorCode) {
-			t.Errorf("%s: event detail %v, want error_code %q", id, d, o.ErrorCode)
-		}
-	}
-	if n := countRows(t, s, `SELECT count(*) FROM queue_messages`); n != 2 {
-		t.Errorf("%d messages left, want the two retry_wait jobs'", n)
-	}
-	// Only a settled job with a webhook gets a delivery (v1-m3 only waits).
-	if n := countRows(t, s, `SELECT count(*) FROM webhook_outbox`); n != 2 {
-		t.Errorf("%d webhook deliveries, want 2", n)
-	}
-	for _, id := range []string{"v1-m1", "v1-m2"} {
-		if n := countRows(t, s, `SELECT count(*) FROM webhook_outbox WHERE job_id = ? AND url = ?`, id, "https://hooks.example.test/"+id); n != 1 {
-			t.Errorf("no webhook delivery for the settled %s", id)
-		}
-	}
-}
-
 // A released job's message keeps its delivery count (a release is not an
 // ack), so a job that is never finished still ends as poison after
 // MaxDeliveries (3 here). (A finished attempt restarts the count:
 // TestRetryWaitReschedulesMessage.)
-func TestReleaseKeepsDeliveryCount(t *testing.T) {
+func testReleaseKeepsDeliveryCount(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	mustCreate(t, s, newJob("v1-rel"))
 	for want := 1; want <= 3; want++ {
 		c := fetchOne(t, s, "render-v1", "w1")
@@ -249,10 +155,10 @@ func TestReleaseKeepsDeliveryCount(t *testing.T) {
 // would otherwise stop every later attempt); an answered call whose result
 // is stored, and a video submission (polled, never repaid), stay. Failing
 // the job leaves the audit trail as it was.
-func TestDecideWaivesUnknownCallsOnlyOnRetry(t *testing.T) {
+func testDecideWaivesUnknownCallsOnlyOnRetry(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	type call struct {
 		scene  int
 		op     string
@@ -315,5 +221,26 @@ func TestDecideWaivesUnknownCallsOnlyOnRetry(t *testing.T) {
 				t.Errorf("%s after %s: call %d (scene %d %s) is %s, want %s", tt.id, tt.d, i, cl.Scene, cl.Op, cl.Status, tt.want[i])
 			}
 		}
+	}
+}
+
+// If the dead-letter row cannot be written, the settlement that needed it
+// is rolled back: no job is dead-lettered without its dead letter.
+func testDeadLetterInsertFailureRollsBack(t *testing.T, h *Harness) {
+	t.Parallel()
+	ctx := context.Background()
+	s := h.open(t, pipeline.NewManualClock(t0))
+	mustCreate(t, s, newJob("v1-refused"))
+	c := fetchOne(t, s, "render-v1", "w1")
+	h.RefuseInserts(t, s.db, "dead_letters")
+	err := s.Finish(ctx, c.Lease, pipeline.Outcome{Status: pipeline.StatusDeadLettered, Reason: pipeline.ReasonRetriesExhausted})
+	if err == nil {
+		t.Fatal("Finish succeeded although the dead letter could not be written")
+	}
+	if st := statusOf(t, s, "v1-refused"); st != pipeline.StatusRunning {
+		t.Fatalf("job is %s after the failed settlement, want running", st)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM queue_messages WHERE job_id = 'v1-refused'`); n != 1 {
+		t.Fatalf("%d messages for the job, want its message kept", n)
 	}
 }

@@ -1,4 +1,4 @@
-package sqlite
+package storetest
 
 import (
 	"context"
@@ -14,12 +14,12 @@ import (
 // answered ErrClaimConflict. Now the next writer takes the cleanup over —
 // but only once the owner's lease is dead and StaleDeleteAfter has passed,
 // so a delete still in flight can never remove what the new writer puts.
-func TestClaimTakesOverDeadCleanup(t *testing.T) {
+func testClaimTakesOverDeadCleanup(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	const key = "units/v1/aa/wedge.png"
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	mustCreate(t, s, newJob("v1-a"))
 	mustCreate(t, s, newJob("v1-b"))
 	cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 2, LeaseFor: time.Hour})
@@ -78,12 +78,12 @@ func TestClaimTakesOverDeadCleanup(t *testing.T) {
 }
 
 // A sweeper run that died mid-delete is taken over the same way.
-func TestClaimTakesOverDeadSweep(t *testing.T) {
+func testClaimTakesOverDeadSweep(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	const key = "units/v1/bb/swept.png"
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	if ok, err := s.ClaimForSweep(ctx, "sweeper-dead", key); err != nil || !ok {
 		t.Fatalf("sweep claim: %v %v", ok, err)
 	}
@@ -98,11 +98,11 @@ func TestClaimTakesOverDeadSweep(t *testing.T) {
 // A release (a worker stopping gives the job back) keeps the current run of
 // infrastructure failures: restarts during an outage cannot stretch the
 // infrastructure window. A redrive starts it afresh.
-func TestReleaseKeepsInfraRun(t *testing.T) {
+func testReleaseKeepsInfraRun(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	mustCreate(t, s, newJob("v1-infra"))
 	cs, _, _ := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 1, LeaseFor: time.Minute})
 	if err := s.Finish(ctx, cs[0].Lease, pipeline.Outcome{Status: pipeline.StatusRetryWait, NextRunAt: clock.Now().Add(time.Second),

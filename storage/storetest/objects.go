@@ -1,4 +1,4 @@
-package sqlite
+package storetest
 
 import (
 	"context"
@@ -15,14 +15,14 @@ func assetFor(key string) pipeline.Asset {
 }
 
 // The cleanup-vs-new-claim race of docs/design.md §7, interleaved step by step.
-func TestAbandonVersusNewClaimInterleavings(t *testing.T) {
+func testAbandonVersusNewClaimInterleavings(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	const key = "units/v1/aa/k.png"
 
 	t.Run("cleanup first blocks the new claim until the delete is done", func(t *testing.T) {
 		t.Parallel()
-		s := openTest(t, "", pipeline.NewManualClock(t0))
+		s := h.open(t, pipeline.NewManualClock(t0))
 		mustCreate(t, s, newJob("v1-a"))
 		mustCreate(t, s, newJob("v1-b"))
 		cs, _, _ := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 2, LeaseFor: time.Minute})
@@ -53,7 +53,7 @@ func TestAbandonVersusNewClaimInterleavings(t *testing.T) {
 
 	t.Run("new claim first keeps the object", func(t *testing.T) {
 		t.Parallel()
-		s := openTest(t, "", pipeline.NewManualClock(t0))
+		s := h.open(t, pipeline.NewManualClock(t0))
 		mustCreate(t, s, newJob("v1-a"))
 		mustCreate(t, s, newJob("v1-b"))
 		cs, _, _ := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 2, LeaseFor: time.Minute})
@@ -75,7 +75,7 @@ func TestAbandonVersusNewClaimInterleavings(t *testing.T) {
 
 	t.Run("an asset row keeps the object", func(t *testing.T) {
 		t.Parallel()
-		s := openTest(t, "", pipeline.NewManualClock(t0))
+		s := h.open(t, pipeline.NewManualClock(t0))
 		mustCreate(t, s, newJob("v1-a"))
 		mustCreate(t, s, newJob("v1-b"))
 		cs, _, _ := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 2, LeaseFor: time.Minute})
@@ -93,7 +93,7 @@ func TestAbandonVersusNewClaimInterleavings(t *testing.T) {
 	t.Run("a zombie cannot commit", func(t *testing.T) {
 		t.Parallel()
 		clock := pipeline.NewManualClock(t0)
-		s := openTest(t, "", clock)
+		s := h.open(t, clock)
 		mustCreate(t, s, newJob("v1-a"))
 		a := fetchOne(t, s, "render-v1", "w")
 		if err := s.ClaimObject(ctx, a.Lease, key); err != nil {
@@ -114,11 +114,11 @@ func TestAbandonVersusNewClaimInterleavings(t *testing.T) {
 	})
 }
 
-func TestClaimForSweep(t *testing.T) {
+func testClaimForSweep(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	mustCreate(t, s, newJob("v1-a"))
 	a := fetchOne(t, s, "render-v1", "w")
 	_ = s.ClaimObject(ctx, a.Lease, "units/v1/aa/live.png")
@@ -152,11 +152,11 @@ func TestClaimForSweep(t *testing.T) {
 // CommitAsset writes the asset row with every field and drops the claim;
 // committing the same content again from another attempt is accepted, other
 // content is refused.
-func TestCommitAssetRecordsAndReleases(t *testing.T) {
+func testCommitAssetRecordsAndReleases(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	mustCreate(t, s, newJob("v1-a"))
 	mustCreate(t, s, newJob("v1-b"))
 	cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 2, LeaseFor: time.Minute})
@@ -223,10 +223,10 @@ func TestCommitAssetRecordsAndReleases(t *testing.T) {
 
 // Asset fields are checked before anything is written; an empty object is
 // a valid asset.
-func TestCommitAssetValidation(t *testing.T) {
+func testCommitAssetValidation(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	mustCreate(t, s, newJob("v1-v"))
 	c := fetchOne(t, s, "render-v1", "w")
 	const emptySHA = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"

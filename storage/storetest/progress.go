@@ -1,4 +1,4 @@
-package sqlite
+package storetest
 
 import (
 	"context"
@@ -10,10 +10,10 @@ import (
 
 // FreezeInput stores the first input it is given and returns it, then keeps
 // returning that one: a retry can never see another storyboard.
-func TestFreezeInputOnce(t *testing.T) {
+func testFreezeInputOnce(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	mustCreate(t, s, newJob("v1-f"))
 	c := fetchOne(t, s, "render-v1", "w")
 	first := json.RawMessage(`{"title":"first","scenes":3}`)
@@ -36,10 +36,10 @@ func TestFreezeInputOnce(t *testing.T) {
 
 // StageFinished records the stage and units done on the job, with an event
 // carrying both.
-func TestStageFinishedRecorded(t *testing.T) {
+func testStageFinishedRecorded(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	mustCreate(t, s, newJob("v1-st"))
 	c := fetchOne(t, s, "render-v1", "w1")
 	if err := s.StageFinished(ctx, c.Lease, pipeline.StageExecute, 2, map[string]any{"reused": 1}); err != nil {

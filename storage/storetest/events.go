@@ -1,4 +1,4 @@
-package sqlite
+package storetest
 
 import (
 	"context"
@@ -9,10 +9,10 @@ import (
 )
 
 // An event's detail is stored as given; no detail is stored as {}.
-func TestAppendEventDetail(t *testing.T) {
+func testAppendEventDetail(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	mustCreate(t, s, newJob("v1-ev"))
 	c := fetchOne(t, s, "render-v1", "w1")
 	if err := s.AppendEvent(ctx, c.Lease, pipeline.EventUnitGenerated, map[string]any{"scene": 2, "name": "image"}); err != nil {

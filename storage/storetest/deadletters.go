@@ -1,4 +1,4 @@
-package sqlite
+package storetest
 
 import (
 	"context"
@@ -9,10 +9,10 @@ import (
 
 // The page size is clamped to 1..500, 100 when out of range; a caller's
 // limit inside the range is honoured exactly.
-func TestListDeadLettersLimit(t *testing.T) {
+func testListDeadLettersLimit(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	deadLettered(t, s, 3)
 	tests := []struct {
 		limit, want int
@@ -40,10 +40,10 @@ func TestListDeadLettersLimit(t *testing.T) {
 }
 
 // A limit above 500 is not honoured: the page falls back to 100 rows.
-func TestListDeadLettersLimitCeiling(t *testing.T) {
+func testListDeadLettersLimitCeiling(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	deadLettered(t, s, 101)
 	for _, tt := range []struct{ limit, want int }{{500, 101}, {501, 100}, {0, 100}, {101, 101}} {
 		dls, err := s.ListDeadLetters(ctx, false, 0, tt.limit)

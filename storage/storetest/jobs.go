@@ -1,4 +1,4 @@
-package sqlite
+package storetest
 
 import (
 	"context"
@@ -11,10 +11,10 @@ import (
 
 // CreateJobs stores every job of the batch with its input (none means {}),
 // and a batch with one invalid job stores nothing.
-func TestCreateJobsBatch(t *testing.T) {
+func testCreateJobsBatch(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	withInput := newJob("v1-b0")
 	withInput.Input = json.RawMessage(`{"title":"kept"}`)
 	noInput := newJob("v1-b1")
@@ -42,10 +42,10 @@ func TestCreateJobsBatch(t *testing.T) {
 }
 
 // CreateJob keeps the submitted input, and stores {} for none.
-func TestCreateJobInput(t *testing.T) {
+func testCreateJobInput(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	a := newJob("v1-in")
 	a.Input = json.RawMessage(`{"title":"mine"}`)
 	b := newJob("v1-none")

@@ -1,4 +1,4 @@
-package sqlite
+package storetest
 
 import (
 	"context"
@@ -13,11 +13,11 @@ import (
 // Units are planned once, read back in scene order, and updated by merging:
 // status and external id change only when given, artifacts accumulate and
 // must name an existing asset.
-func TestUnitLedger(t *testing.T) {
+func testUnitLedger(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	mustCreate(t, s, newJob("v1-u"))
 	c := fetchOne(t, s, "render-v1", "w1")
 	plan := []pipeline.Unit{
@@ -93,11 +93,11 @@ func TestUnitLedger(t *testing.T) {
 // The audit trail: an intent is written before the call and finished once;
 // ProviderCalls filters by scene and operation; CountBilledCalls counts what
 // may have been paid for.
-func TestProviderCallAuditTrail(t *testing.T) {
+func testProviderCallAuditTrail(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	mustCreate(t, s, newJob("v1-pc"))
 	c := fetchOne(t, s, "render-v1", "w1")
 	record := func(scene int, op string) int64 {

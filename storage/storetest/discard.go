@@ -1,4 +1,4 @@
-package sqlite
+package storetest
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 // toReview creates job id and moves it to needs_review, as an attempt whose
 // provider call had an unknown outcome would.
-func toReview(t *testing.T, s *Store, id string) {
+func toReview(t *testing.T, s *env, id string) {
 	t.Helper()
 	mustCreate(t, s, newJob(id))
 	c := fetchOne(t, s, "render-v1", "w")
@@ -27,11 +27,11 @@ func toReview(t *testing.T, s *Store, id string) {
 // A decision is recorded on the job (what, who, why, when) and in its
 // event; a failed job's message names the operator and the reason instead
 // of still asking for a decision.
-func TestDecisionRecorded(t *testing.T) {
+func testDecisionRecorded(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	tests := []struct {
 		id, reason string
 		d          pipeline.ReviewDecision
@@ -76,7 +76,7 @@ func TestDecisionRecorded(t *testing.T) {
 			t.Errorf("%s: no decision event with operator and reason in %+v", tt.id, evs)
 		}
 	}
-	if _, err := s.DecideWithReason(ctx, "v1-x", pipeline.DecisionFail, "alice", strings.Repeat("x", MaxDecisionReason+1)); !errors.Is(err, pipeline.ErrInvalidInput) {
+	if _, err := s.DecideWithReason(ctx, "v1-x", pipeline.DecisionFail, "alice", strings.Repeat("x", maxDecisionReason+1)); !errors.Is(err, pipeline.ErrInvalidInput) {
 		t.Errorf("overlong reason: %v", err)
 	}
 }
@@ -85,11 +85,11 @@ func TestDecisionRecorded(t *testing.T) {
 // asking for a human, an event audits who and why, the dead letter leaves
 // the open list and the counts, and it can be neither discarded again nor
 // redriven.
-func TestDiscardDeadLetter(t *testing.T) {
+func testDiscardDeadLetter(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	deadLettered(t, s, 2)
 	open, _ := s.ListDeadLetters(ctx, false, 0, 0)
 	if len(open) != 2 || open[0].Tenant != "acme" || open[0].Version != "v2" {
@@ -152,11 +152,11 @@ func TestDiscardDeadLetter(t *testing.T) {
 
 // FindDeadLetters selects open dead letters by reason, version, tenant and
 // age, oldest first, and says when more match than the limit.
-func TestFindDeadLetters(t *testing.T) {
+func testFindDeadLetters(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	add := func(id, tenant, version, reason string) {
 		nj := newJob(id)
 		nj.Tenant, nj.Version, nj.Queue = tenant, version, ""
@@ -212,11 +212,11 @@ func TestFindDeadLetters(t *testing.T) {
 
 // Retention deletes dead letters settled before the cutoff, never open
 // ones, never jobs or events.
-func TestPurgeSettledDeadLetters(t *testing.T) {
+func testPurgeSettledDeadLetters(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	deadLettered(t, s, 4)
 	dls, _ := s.ListDeadLetters(ctx, false, 0, 0) // newest first
 	if _, err := s.DiscardDeadLetter(ctx, dls[0].ID, "op", "old discard"); err != nil {

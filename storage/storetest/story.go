@@ -1,4 +1,4 @@
-package sqlite
+package storetest
 
 import (
 	"context"
@@ -12,11 +12,11 @@ import (
 
 // JobStory returns one job's row, events, calls, assets and open claims,
 // and nothing of another job.
-func TestJobStory(t *testing.T) {
+func testJobStory(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	mustCreate(t, s, newJob("v1-story"))
 	mustCreate(t, s, newJob("v1-other"))
 
@@ -105,11 +105,11 @@ func TestJobStory(t *testing.T) {
 }
 
 // ListJobs filters by version and creation time for the operator's list.
-func TestListJobsVersionAndAge(t *testing.T) {
+func testListJobsVersionAndAge(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	mustCreate(t, s, newJob("v1-old"))
 	clock.Advance(time.Hour)
 	nj := newJob("v2-new")

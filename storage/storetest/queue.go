@@ -1,10 +1,9 @@
-package sqlite
+package storetest
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,11 +12,11 @@ import (
 	"edgepipe/pipeline"
 )
 
-func TestPoisonMessageDeadLettered(t *testing.T) {
+func testPoisonMessageDeadLettered(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock) // MaxDeliveries 3
+	s := h.open(t, clock) // MaxDeliveries 3
 	mustCreate(t, s, newJob("v1-p"))
 	for i := 1; i <= 3; i++ {
 		c := fetchOne(t, s, "render-v1", "crashy")
@@ -43,11 +42,11 @@ func TestPoisonMessageDeadLettered(t *testing.T) {
 	}
 }
 
-func TestRedriveExactlyOnce(t *testing.T) {
+func testRedriveExactlyOnce(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	mustCreate(t, s, newJob("v1-a"))
 	c := fetchOne(t, s, "render-v1", "w")
 	if err := s.Finish(ctx, c.Lease, pipeline.Outcome{Status: pipeline.StatusDeadLettered, Reason: pipeline.ReasonRetriesExhausted}); err != nil {
@@ -92,10 +91,10 @@ func TestRedriveExactlyOnce(t *testing.T) {
 	}
 }
 
-func TestRedriveRefusesLiveJob(t *testing.T) {
+func testRedriveRefusesLiveJob(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	nj := newJob("v2-a")
 	nj.Version, nj.Queue, nj.DeadLetterReason, nj.DeadLetterQueue = "v2", "", pipeline.ReasonUnboundVersion, "render-v2"
 	mustCreate(t, s, nj)
@@ -115,11 +114,11 @@ func TestRedriveRefusesLiveJob(t *testing.T) {
 	}
 }
 
-func TestCancel(t *testing.T) {
+func testCancel(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 
 	// Pending: canceled at once, message gone.
 	mustCreate(t, s, newJob("v1-p"))
@@ -153,10 +152,10 @@ func TestCancel(t *testing.T) {
 	}
 }
 
-func TestDecide(t *testing.T) {
+func testDecide(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	for i, d := range []pipeline.ReviewDecision{pipeline.DecisionRetry, pipeline.DecisionFail} {
 		id := fmt.Sprintf("v1-d%d", i)
 		mustCreate(t, s, newJob(id))
@@ -196,10 +195,10 @@ func TestDecide(t *testing.T) {
 	}
 }
 
-func TestWebhookOutboxWrittenWithSettlement(t *testing.T) {
+func testWebhookOutboxWrittenWithSettlement(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	nj := newJob("v1-w")
 	nj.WebhookURL = "https://example.test/hook"
 	mustCreate(t, s, nj)
@@ -213,10 +212,10 @@ func TestWebhookOutboxWrittenWithSettlement(t *testing.T) {
 	}
 }
 
-func TestReleaseDoesNotCountAttempt(t *testing.T) {
+func testReleaseDoesNotCountAttempt(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	mustCreate(t, s, newJob("v1-a"))
 	c := fetchOne(t, s, "render-v1", "w1")
 	if err := s.Release(ctx, c.Lease); err != nil {
@@ -228,43 +227,17 @@ func TestReleaseDoesNotCountAttempt(t *testing.T) {
 	}
 }
 
-func TestFinishManyIsolatesFencedAttempts(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
-	mustCreate(t, s, newJob("v1-a"))
-	mustCreate(t, s, newJob("v1-b"))
-	cs, _, _ := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 2, LeaseFor: time.Minute})
-	if len(cs) != 2 {
-		t.Fatal(len(cs))
-	}
-	stale := cs[1].Lease
-	stale.AttemptID = "att_bogus"
-	errs, err := s.FinishMany(ctx, []Finished{
-		{Lease: cs[0].Lease, Outcome: pipeline.Outcome{Status: pipeline.StatusSucceeded}},
-		{Lease: stale, Outcome: pipeline.Outcome{Status: pipeline.StatusSucceeded}},
-	})
-	if err != nil || errs[0] != nil || !errors.Is(errs[1], pipeline.ErrLeaseLost) {
-		t.Fatalf("errs %v err %v", errs, err)
-	}
-	if statusOf(t, s, "v1-a") != pipeline.StatusSucceeded || statusOf(t, s, "v1-b") != pipeline.StatusRunning {
-		t.Fatal("batch results not independent")
-	}
-}
-
 // Two *sql.DB on one file, 8 goroutines each, one queue of 2,000 messages:
 // every job completes exactly once and no message is lost.
-func TestConcurrentConsumersTwoHandles(t *testing.T) {
+func testConcurrentConsumersTwoHandles(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	n := 2000
 	if testing.Short() {
 		n = 300
 	}
-	path := filepath.Join(t.TempDir(), "q.db")
-	a := openTest(t, path, nil)
-	b := openTest(t, path, nil)
+	a := h.open(t, nil)
+	b := h.openOn(t, a.name, nil)
 	for i := range n {
 		mustCreate(t, a, newJob(fmt.Sprintf("v1-%05d", i)))
 	}
@@ -324,10 +297,10 @@ func TestConcurrentConsumersTwoHandles(t *testing.T) {
 }
 
 // Fetch refuses a batch size or lease that is not positive, and an empty owner.
-func TestFetchArguments(t *testing.T) {
+func testFetchArguments(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	mustCreate(t, s, newJob("v1-args"))
 	for _, tt := range []struct {
 		owner string
@@ -350,11 +323,11 @@ func TestFetchArguments(t *testing.T) {
 
 // A message enqueued with a delay becomes visible only once the delay has
 // passed.
-func TestEnqueueDelay(t *testing.T) {
+func testEnqueueDelay(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	deadLettered(t, s, 1) // a job with no message of its own
 	if err := s.Enqueue(ctx, "render-v2", "v2-dl000", time.Minute); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package sqlite
+package storetest
 
 import (
 	"context"
@@ -12,11 +12,11 @@ import (
 // A lease that expired with nobody taking the job over is as dead as one
 // that was taken over: every write of the attempt is refused. (The sweeper
 // relies on this: it treats a claim with an expired lease as dead.)
-func TestExpiredLeaseWithoutTakeoverIsFenced(t *testing.T) {
+func testExpiredLeaseWithoutTakeoverIsFenced(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	mustCreate(t, s, newJob("v1-x"))
 	a := fetchOne(t, s, "render-v1", "w")
 	if err := s.PlanUnits(ctx, a.Lease, []pipeline.Unit{{JobID: "v1-x", Scene: 0, Kind: "image", UnitKey: "u"}}); err != nil {
@@ -67,11 +67,11 @@ func TestExpiredLeaseWithoutTakeoverIsFenced(t *testing.T) {
 
 // A message that becomes visible while its job's lease is still live (a
 // duplicate wake-up, a clock edge) must not hand the job to a second worker.
-func TestFetchDefersLiveLease(t *testing.T) {
+func testFetchDefersLiveLease(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	s := openTest(t, "", clock)
+	s := h.open(t, clock)
 	mustCreate(t, s, newJob("v1-l"))
 	a := fetchOne(t, s, "render-v1", "w")
 	if err := s.ExecForTest(ctx, `UPDATE queue_messages SET visible_at = 0`); err != nil {
@@ -94,10 +94,10 @@ func TestFetchDefersLiveLease(t *testing.T) {
 
 // Duplicate wake-ups for one job merge into one message, so no batch can
 // claim the same job twice.
-func TestDuplicateMessagesMerge(t *testing.T) {
+func testDuplicateMessagesMerge(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	mustCreate(t, s, newJob("v1-d"))
 	for range 3 {
 		if err := s.Enqueue(ctx, "render-v1", "v1-d", 0); err != nil {

@@ -1,0 +1,88 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+
+	"edgepipe/api"
+	"edgepipe/check"
+	"edgepipe/pipeline"
+	"edgepipe/storage/postgres"
+	"edgepipe/storage/sqlite"
+	"edgepipe/webhook"
+)
+
+// JobStore is the job store a deployment runs on: every interface its
+// consumers own. storage/sqlite (the embedded default) and storage/postgres
+// (EDGEPIPE_DATABASE_URL) implement it.
+type JobStore interface {
+	pipeline.Store
+	pipeline.SweepLedger
+	pipeline.PresenceStore
+	pipeline.DeadLetterPurger
+	api.Store
+	api.QueueStats
+	check.Store
+	webhook.Store
+	SchemaVersion(ctx context.Context) (int, error)
+	Close() error
+}
+
+var (
+	_ JobStore = (*sqlite.Store)(nil)
+	_ JobStore = (*postgres.Store)(nil)
+)
+
+// DatabaseURL is EDGEPIPE_DATABASE_URL: a Postgres job store shared by
+// every process, or "" for the embedded SQLite file under the data
+// directory.
+func (c Config) DatabaseURL() string { return c.getenv("EDGEPIPE_DATABASE_URL") }
+
+// DatabaseKind names the configured job store for logs: "postgres" or
+// "sqlite".
+func (c Config) DatabaseKind() string {
+	if c.DatabaseURL() != "" {
+		return "postgres"
+	}
+	return "sqlite"
+}
+
+// checkDatabaseURL refuses a URL that is not postgres:// or postgresql://,
+// naming the setting but never echoing the value (it may hold a password).
+func checkDatabaseURL(raw string) error {
+	if raw == "" {
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Host == "" {
+		return fmt.Errorf("EDGEPIPE_DATABASE_URL: must be a postgres://user:password@host:port/database URL (or empty for the embedded SQLite file)")
+	}
+	return nil
+}
+
+// openJobStore opens the configured job store, applying pending
+// migrations.
+func openJobStore(ctx context.Context, cfg Config, log *slog.Logger) (JobStore, error) {
+	if u := cfg.DatabaseURL(); u != "" {
+		return postgres.Open(ctx, postgres.Config{URL: u, Logger: log})
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("EDGEPIPE_DATA_DIR: %w", err)
+	}
+	return sqlite.Open(ctx, sqlite.Config{Path: cfg.DBPath(), Logger: log})
+}
+
+// Migrate brings the configured job store's schema up to date (both
+// drivers migrate on open; applying twice changes nothing) and returns its
+// version.
+func Migrate(ctx context.Context, cfg Config, log *slog.Logger) (int, error) {
+	st, err := openJobStore(ctx, cfg, log)
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	return st.SchemaVersion(ctx)
+}

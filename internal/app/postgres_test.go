@@ -1,0 +1,156 @@
+//go:build postgres
+
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"edgepipe/check"
+	"edgepipe/pipeline"
+)
+
+// freshDatabase creates an empty database on the server of
+// EDGEPIPE_TEST_DATABASE_URL (scripts/postgres.sh) and returns its URL.
+func freshDatabase(t *testing.T) string {
+	t.Helper()
+	admin := os.Getenv("EDGEPIPE_TEST_DATABASE_URL")
+	if admin == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("EDGEPIPE_TEST_DATABASE_URL is not set and CI is: the Postgres tests must run")
+		}
+		t.Skip("EDGEPIPE_TEST_DATABASE_URL not set (scripts/postgres.sh start)")
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "edgepipe_app_" + hex.EncodeToString(b[:])
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if c, err := pgx.Connect(context.Background(), admin); err == nil {
+			_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			c.Close(context.Background())
+		}
+	})
+	cfg, err := url.Parse(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Path = "/" + name
+	return cfg.String()
+}
+
+// Two processes, each with its own empty data directory, share one
+// Postgres (and one object store): the API process accepts jobs, the
+// worker process runs them, and `edgepipe check --require-settled` finds
+// nothing wrong. No SQLite file is made anywhere.
+func TestTwoProcessesShareOnePostgres(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const token = "postgres-test-token-0123456789"
+	env := map[string]string{
+		"EDGEPIPE_DATABASE_URL": freshDatabase(t), "EDGEPIPE_OBJECTS_DIR": t.TempDir(),
+		"EDGEPIPE_TOKENS": token + ":acme", "EDGEPIPE_WEBHOOK_SECRET": "shared-secret-0123456789abcdef",
+		"EDGEPIPE_FAKE_VIDEO_PROCESSING": "10ms", "EDGEPIPE_RENDER_PRESET": "ultrafast",
+	}
+	open := func(dir string, withAPI bool, workers int) (*App, *Parts) {
+		a, err := Open(ctx, testConfig(t, dir, env), slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close() })
+		p, err := a.Build(ctx, withAPI, false, workers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Listener != nil {
+			t.Cleanup(func() { p.Listener.Close() })
+		}
+		return a, p
+	}
+	apiDir, workerDir := t.TempDir(), t.TempDir()
+	front, fp := open(apiDir, true, 0)
+	_, wp := open(workerDir, false, 1)
+	if err := wp.Worker.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { wp.Worker.Stop(context.Background()) })
+
+	h := fp.API.Handler()
+	for i, extra := range []string{``, `"instance_id":"v2-pgtwoprocs",`} {
+		body := `{"operation":"render_video",` + extra + `"title":"Two","scenes":[
+		 {"image_prompt":"a lighthouse","narration":"The keeper climbed.","duration_ms":1000}],
+		 "options":{"resolution":"640x360","fps":24}}`
+		r := httptest.NewRequest(http.MethodPost, "/v1/jobs", strings.NewReader(body))
+		r.Header.Set("Authorization", "Bearer "+token)
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Idempotency-Key", "two-"+string(rune('a'+i)))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusAccepted {
+			t.Fatalf("submit %d: %d %s", i, w.Code, w.Body)
+		}
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		jobs, _, err := front.Store.ListJobs(ctx, pipeline.ListFilter{Tenant: "acme"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		settled := 0
+		for _, j := range jobs {
+			if j.Status.Settled() {
+				if j.Status != pipeline.StatusSucceeded {
+					t.Fatalf("job %s settled %s: %s", j.ID, j.Status, j.LastErrorCode)
+				}
+				settled++
+			}
+		}
+		if len(jobs) == 2 && settled == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("jobs not done: %+v", jobs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	rep, err := check.Run(ctx, check.Config{Store: front.Store, Objects: front.Objects, RequireSettled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Violations) != 0 || rep.Jobs != 2 || rep.Assets == 0 {
+		t.Fatalf("check: %+v", rep)
+	}
+	for _, dir := range []string{apiDir, workerDir} {
+		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && strings.HasSuffix(p, ".db") {
+				return errors.New("a SQLite file was made: " + p)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,435 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"edgepipe/pipeline"
+)
+
+const jobColumns = `id, tenant, operation, idempotency_key, request_fingerprint, input_json, frozen_input_json,
+	workflow_version, queue, status, status_changed_at, created_at, updated_at, attempts, next_run_at,
+	attempt_id, lease_owner, lease_expires_at, stage, units_total, units_done, last_error_class,
+	last_error_code, last_error_message, requires_action, cancel_requested_at, result_key, webhook_url,
+	infra_failures, infra_since, decision, decided_by, decision_reason, decided_at, instance_id`
+
+func scanJob(r pgx.Row) (pipeline.Job, error) {
+	var (
+		j                                    pipeline.Job
+		frozen, attemptID, owner, resultKey  *string
+		status, errClass, decision, input    string
+		statusAt, createdAt, updatedAt       int64
+		nextRun, leaseExp, cancelAt, infraAt *int64
+		decidedAt                            *int64
+		requiresAction                       int
+	)
+	err := r.Scan(&j.ID, &j.Tenant, &j.Operation, &j.IdempotencyKey, &j.RequestFingerprint, &input, &frozen,
+		&j.Version, &j.Queue, &status, &statusAt, &createdAt, &updatedAt, &j.Attempts, &nextRun,
+		&attemptID, &owner, &leaseExp, &j.Stage, &j.UnitsTotal, &j.UnitsDone, &errClass,
+		&j.LastErrorCode, &j.LastErrorMessage, &requiresAction, &cancelAt, &resultKey, &j.WebhookURL,
+		&j.InfraFailures, &infraAt, &decision, &j.Decision.Operator, &j.Decision.Reason, &decidedAt, &j.InstanceID)
+	if err != nil {
+		return pipeline.Job{}, translate(err)
+	}
+	j.Input = json.RawMessage(input)
+	if frozen != nil {
+		j.FrozenInput = json.RawMessage(*frozen)
+	}
+	j.Status = pipeline.Status(status)
+	j.StatusChangedAt, j.CreatedAt, j.UpdatedAt = fromMS(statusAt), fromMS(createdAt), fromMS(updatedAt)
+	j.NextRunAt, j.LeaseExpiresAt, j.CancelRequestedAt = timeOf(nextRun), timeOf(leaseExp), timeOf(cancelAt)
+	j.InfraSince = timeOf(infraAt)
+	j.AttemptID, j.LeaseOwner, j.ResultKey = str(attemptID), str(owner), str(resultKey)
+	j.LastErrorClass = pipeline.ErrorClass(errClass)
+	j.RequiresAction = requiresAction == 1
+	j.Decision.Kind, j.Decision.At = pipeline.ReviewDecision(decision), timeOf(decidedAt)
+	return j, nil
+}
+
+func collectJobs(rows pgx.Rows, err error) ([]pipeline.Job, error) {
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var out []pipeline.Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, translate(rows.Err())
+}
+
+// CreateJob inserts a job and, in the same transaction, its queue message (or
+// its dead letter). If the tenant already used the idempotency key for this
+// operation, it returns the existing job with created=false when the
+// fingerprints match, and an error matching pipeline.ErrIdempotencyReused when
+// they do not. Concurrent calls share one commit (groupcommit.go).
+func (s *Store) CreateJob(ctx context.Context, nj pipeline.NewJob) (job pipeline.Job, created bool, err error) {
+	nj = nj.WithDefaults()
+	if err := validateNewJob(nj); err != nil {
+		return pipeline.Job{}, false, err
+	}
+	return s.submitGrouped(ctx, nj)
+}
+
+// CreateJobs inserts many jobs in one transaction (bulk submission and
+// benchmarks); each follows CreateJob's rules, and the first error rolls the
+// whole batch back.
+func (s *Store) CreateJobs(ctx context.Context, njs []pipeline.NewJob) error {
+	njs = slices.Clone(njs)
+	for i := range njs {
+		njs[i] = njs[i].WithDefaults()
+		if err := validateNewJob(njs[i]); err != nil {
+			return err
+		}
+	}
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		now := s.now()
+		// Queued jobs go out as one pipelined batch, the rest one by one.
+		b := &pgx.Batch{}
+		var queued []pipeline.NewJob
+		for _, nj := range njs {
+			if nj.DeadLetterReason != "" {
+				if _, _, err := s.createJobTx(ctx, tx, now, nj); err != nil {
+					return fmt.Errorf("job %s: %w", nj.ID, err)
+				}
+				continue
+			}
+			if len(nj.Input) == 0 {
+				nj.Input = json.RawMessage("{}")
+			}
+			b.Queue(qCreateQueued, queuedArgs(nj, now)...)
+			queued = append(queued, nj)
+		}
+		if len(queued) == 0 {
+			return nil
+		}
+		inserted := make([]int, len(queued))
+		br := tx.SendBatch(ctx, b)
+		for i, nj := range queued {
+			if err := br.QueryRow().Scan(&inserted[i]); err != nil {
+				_ = br.Close()
+				return fmt.Errorf("job %s: %w", nj.ID, insertJobError(err, nj))
+			}
+		}
+		if err := br.Close(); err != nil {
+			return err
+		}
+		for i, nj := range queued {
+			if inserted[i] == 0 { // the key was used (a replay, or refused), or the instance id is taken
+				if _, _, err := notInserted(ctx, tx, nj); err != nil {
+					return fmt.Errorf("job %s: %w", nj.ID, err)
+				}
+			}
+		}
+		notified := map[string]bool{}
+		for _, nj := range queued {
+			if !notified[nj.Queue] {
+				notified[nj.Queue] = true
+				if err := notifyQueue(ctx, tx, nj.Queue); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+func validateNewJob(nj pipeline.NewJob) error {
+	if nj.ID == "" || nj.InstanceID == "" || nj.Tenant == "" || nj.Operation == "" || nj.IdempotencyKey == "" || nj.RequestFingerprint == "" {
+		return fmt.Errorf("%w: job id, instance id, tenant, operation, idempotency key and fingerprint are required", pipeline.ErrInvalidInput)
+	}
+	if (nj.Queue == "") == (nj.DeadLetterReason == "") {
+		return fmt.Errorf("%w: a new job needs exactly one of a queue or a dead-letter reason", pipeline.ErrInvalidInput)
+	}
+	return nil
+}
+
+// qCreateQueued inserts a job that goes to a queue, its created event and
+// its message in one statement, so a group of submissions is one pipelined
+// round trip. ON CONFLICT on the idempotency index makes a concurrent
+// submission with the same key wait for the first and insert nothing; the
+// caller then reads the winner (notInserted). An instance id the tenant
+// already holds inserts nothing either (NOT EXISTS, checked before the
+// primary key could clash): notInserted tells the two apart, the key first,
+// as storage/sqlite does.
+const qCreateQueued = `WITH ins AS (
+	INSERT INTO jobs (id, tenant, operation, idempotency_key, request_fingerprint, input_json, workflow_version,
+		queue, status, status_changed_at, created_at, updated_at, webhook_url, instance_id)
+	SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $9, $9, $10, $12
+	WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE tenant = $2 AND instance_id = $12)
+	ON CONFLICT (tenant, operation, idempotency_key) DO NOTHING
+	RETURNING id),
+ev AS (
+	INSERT INTO job_events (job_id, at, kind, from_status, to_status, attempt_id, detail_json)
+	SELECT id, $9, 'created', '', 'pending', '', $11::text::json FROM ins),
+msg AS (
+	INSERT INTO queue_messages (queue, job_id, enqueued_at, visible_at)
+	SELECT $8, id, $9, $9 FROM ins)
+SELECT count(*) FROM ins`
+
+func createdDetail(nj pipeline.NewJob) string {
+	b, _ := json.Marshal(map[string]any{"version": nj.Version, "queue": nj.Queue})
+	return string(b)
+}
+
+func queuedArgs(nj pipeline.NewJob, now int64) []any {
+	return []any{nj.ID, nj.Tenant, nj.Operation, nj.IdempotencyKey, nj.RequestFingerprint, string(nj.Input),
+		nj.Version, nj.Queue, now, nj.WebhookURL, createdDetail(nj), nj.InstanceID}
+}
+
+// createJobTx inserts one job inside tx.
+func (s *Store) createJobTx(ctx context.Context, tx pgx.Tx, now int64, nj pipeline.NewJob) (pipeline.Job, bool, error) {
+	if len(nj.Input) == 0 {
+		nj.Input = json.RawMessage("{}")
+	}
+	if nj.DeadLetterReason != "" {
+		return s.createDeadLetteredTx(ctx, tx, now, nj)
+	}
+	var n int
+	if err := notifyQueue(ctx, tx, nj.Queue); err != nil {
+		return pipeline.Job{}, false, err
+	}
+	if err := tx.QueryRow(ctx, qCreateQueued, queuedArgs(nj, now)...).Scan(&n); err != nil {
+		return pipeline.Job{}, false, insertJobError(err, nj)
+	}
+	if n == 0 {
+		return notInserted(ctx, tx, nj)
+	}
+	return builtJob(nj, now), true, nil
+}
+
+// findByKey resolves a submission whose key is already used: the existing
+// job when the fingerprints match, ErrIdempotencyReused otherwise.
+func findByKey(ctx context.Context, q dbtx, nj pipeline.NewJob) (pipeline.Job, bool, error) {
+	existing, err := scanJob(q.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs
+		WHERE tenant = $1 AND operation = $2 AND idempotency_key = $3`, nj.Tenant, nj.Operation, nj.IdempotencyKey))
+	if err != nil {
+		return pipeline.Job{}, false, err
+	}
+	if existing.RequestFingerprint != nj.RequestFingerprint {
+		return pipeline.Job{}, false, fmt.Errorf("%w (job %s)", pipeline.ErrIdempotencyReused, existing.ID)
+	}
+	return existing, false, nil
+}
+
+// notInserted resolves a submission that inserted nothing: its key was
+// used (findByKey: a replay or ErrIdempotencyReused), or else the tenant
+// already holds its instance id.
+func notInserted(ctx context.Context, q dbtx, nj pipeline.NewJob) (pipeline.Job, bool, error) {
+	j, created, err := findByKey(ctx, q, nj)
+	if errors.Is(err, pipeline.ErrNotFound) {
+		return pipeline.Job{}, false, fmt.Errorf("%w: instance id %s is taken", pipeline.ErrAlreadyExists, nj.InstanceID)
+	}
+	return j, created, err
+}
+
+// createDeadLetteredTx stores a job that cannot run here directly as
+// dead_lettered, with both its events, its dead letter and its webhook.
+func (s *Store) createDeadLetteredTx(ctx context.Context, tx pgx.Tx, now int64, nj pipeline.NewJob) (pipeline.Job, bool, error) {
+	var id string
+	err := tx.QueryRow(ctx, `INSERT INTO jobs (id, tenant, operation, idempotency_key, request_fingerprint,
+		input_json, workflow_version, queue, status, status_changed_at, created_at, updated_at, webhook_url,
+		last_error_class, last_error_code, last_error_message, requires_action, instance_id)
+		SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'dead_lettered', $9, $9, $9, $10, $11, $12, $13, 1, $14
+		WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE tenant = $2 AND instance_id = $14)
+		ON CONFLICT (tenant, operation, idempotency_key) DO NOTHING RETURNING id`,
+		nj.ID, nj.Tenant, nj.Operation, nj.IdempotencyKey, nj.RequestFingerprint, string(nj.Input),
+		nj.Version, nj.Queue, now, nj.WebhookURL,
+		deadLetterClass(nj.DeadLetterReason), nj.DeadLetterReason, deadLetterMessage(nj.DeadLetterReason), nj.InstanceID).Scan(&id)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return notInserted(ctx, tx, nj)
+	case err != nil:
+		return pipeline.Job{}, false, insertJobError(err, nj)
+	}
+	if _, err := appendEvent(ctx, tx, now, nj.ID, pipeline.EventCreated, "", pipeline.StatusPending, "",
+		map[string]any{"version": nj.Version, "queue": nj.Queue}); err != nil {
+		return pipeline.Job{}, false, err
+	}
+	evID, err := appendEvent(ctx, tx, now, nj.ID, pipeline.EventStatus, pipeline.StatusPending, pipeline.StatusDeadLettered, "",
+		map[string]any{"reason": nj.DeadLetterReason})
+	if err != nil {
+		return pipeline.Job{}, false, err
+	}
+	if _, err := insertDeadLetter(ctx, tx, now, nj.ID, nj.DeadLetterQueue, nj.DeadLetterReason, nj.DeadLetterDetail); err != nil {
+		return pipeline.Job{}, false, err
+	}
+	if err := enqueueWebhook(ctx, tx, now, webhookJob{nj.ID, nj.InstanceID, nj.WebhookURL}, evID, pipeline.StatusDeadLettered); err != nil {
+		return pipeline.Job{}, false, err
+	}
+	return builtJob(nj, now), true, nil
+}
+
+// insertJobError translates a refused job insert. The unique index on
+// (tenant, instance_id) means the tenant's id is taken. A clash on the
+// primary key is two tenants whose job keys collide, or a caller that reused
+// an internal key: that says nothing about this tenant's ids, so it must not
+// read as "instance id taken" (docs/design.md §3).
+func insertJobError(err error, nj pipeline.NewJob) error {
+	switch {
+	case isUnique(err, "jobs_tenant_instance"):
+		return fmt.Errorf("%w: instance id %s is taken", pipeline.ErrAlreadyExists, nj.InstanceID)
+	case isUnique(err, "jobs_pkey"):
+		return fmt.Errorf("postgres: job key %s is held by another job: %w", nj.ID, translate(err))
+	}
+	return err
+}
+
+// builtJob is the row just inserted, built instead of read back.
+func builtJob(nj pipeline.NewJob, now int64) pipeline.Job {
+	status := pipeline.StatusPending
+	if nj.DeadLetterReason != "" {
+		status = pipeline.StatusDeadLettered
+	}
+	t := fromMS(now)
+	return pipeline.Job{ID: nj.ID, InstanceID: nj.InstanceID, Tenant: nj.Tenant, Operation: nj.Operation, IdempotencyKey: nj.IdempotencyKey,
+		RequestFingerprint: nj.RequestFingerprint, Input: nj.Input, Version: nj.Version, Queue: nj.Queue, Status: status,
+		StatusChangedAt: t, CreatedAt: t, UpdatedAt: t, WebhookURL: nj.WebhookURL,
+		LastErrorClass: pipeline.ErrorClass(deadLetterClass(nj.DeadLetterReason)), LastErrorCode: nj.DeadLetterReason,
+		LastErrorMessage: deadLetterMessage(nj.DeadLetterReason), RequiresAction: nj.DeadLetterReason != ""}
+}
+
+// deadLetterClass is the error class of a job dead-lettered at submission.
+func deadLetterClass(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return string(pipeline.ClassPermanent)
+}
+
+// deadLetterMessage is the safe text shown for a dead-letter reason (the
+// same texts as storage/sqlite).
+func deadLetterMessage(reason string) string {
+	switch reason {
+	case "":
+		return ""
+	case pipeline.ReasonUnboundVersion:
+		return "this deployment serves no binding for the job's workflow version; an operator can redrive it once the version is bound"
+	case pipeline.ReasonPoison:
+		return "the job's message was delivered too many times without completing; an operator must look at it"
+	case pipeline.ReasonRetriesExhausted:
+		return "the job failed on every allowed attempt; an operator can redrive it"
+	case pipeline.ReasonInfraUnavailable:
+		return "edgepipe's own storage kept failing for the whole infrastructure retry window; an operator can redrive the job once it is healthy"
+	}
+	return "the job was moved to the dead-letter queue"
+}
+
+// GetJob returns a job by id.
+func (s *Store) GetJob(ctx context.Context, id string) (pipeline.Job, error) {
+	return scanJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1`, id))
+}
+
+// GetTenantJob returns tenant's job by its instance id (the unique index
+// jobs_tenant_instance). Instance ids are unique per tenant, so another
+// tenant's job with the same id is simply not this tenant's: the answer is
+// exactly that of a missing one.
+func (s *Store) GetTenantJob(ctx context.Context, tenant, instanceID string) (pipeline.Job, error) {
+	return scanJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE tenant = $1 AND instance_id = $2`, tenant, instanceID))
+}
+
+// ListJobs returns jobs newest first, at most Limit (default 50, max 500),
+// and the cursor of the next page (zero when there is none).
+func (s *Store) ListJobs(ctx context.Context, f pipeline.ListFilter) ([]pipeline.Job, pipeline.Cursor, error) {
+	if f.Limit <= 0 {
+		f.Limit = 50
+	}
+	f.Limit = min(f.Limit, 500)
+	q := `SELECT ` + jobColumns + ` FROM jobs WHERE true`
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if !f.AllTenants {
+		if f.Tenant == "" {
+			return nil, pipeline.Cursor{}, fmt.Errorf("%w: listing needs a tenant", pipeline.ErrInvalidInput)
+		}
+		q += ` AND tenant = ` + arg(f.Tenant)
+	}
+	if len(f.Statuses) > 0 {
+		sts := make([]string, len(f.Statuses))
+		for i, st := range f.Statuses {
+			sts[i] = string(st)
+		}
+		q += ` AND status = ANY(` + arg(sts) + `::text[])`
+	}
+	if f.RequiresAction {
+		q += ` AND requires_action = 1`
+	}
+	if f.Version != "" {
+		q += ` AND workflow_version = ` + arg(f.Version)
+	}
+	if !f.CreatedBefore.IsZero() {
+		q += ` AND created_at <= ` + arg(ms(f.CreatedBefore))
+	}
+	if !f.CreatedAfter.IsZero() {
+		q += ` AND created_at >= ` + arg(ms(f.CreatedAfter))
+	}
+	// A tenant's listing pages by instance id (unique per tenant, and the
+	// id the tenant knows); the operators' listing by internal key.
+	idCol := "instance_id"
+	if f.AllTenants {
+		idCol = "id"
+	}
+	if f.After.ID != "" {
+		q += ` AND (created_at, ` + idCol + `) < (` + arg(f.After.CreatedAtMS) + `::bigint, ` + arg(f.After.ID) + `::text)`
+	}
+	q += ` ORDER BY created_at DESC, ` + idCol + ` DESC LIMIT ` + arg(f.Limit+1)
+	jobs, err := collectJobs(s.pool.Query(ctx, q, args...))
+	if err != nil {
+		return nil, pipeline.Cursor{}, err
+	}
+	var next pipeline.Cursor
+	if len(jobs) > f.Limit {
+		jobs = jobs[:f.Limit]
+		last := jobs[len(jobs)-1]
+		next = pipeline.Cursor{CreatedAtMS: ms(last.CreatedAt), ID: last.InstanceID}
+		if f.AllTenants {
+			next.ID = last.ID
+		}
+	}
+	return jobs, next, nil
+}
+
+// CountByStatus returns how many jobs are in each status (for /metrics).
+func (s *Store) CountByStatus(ctx context.Context) (map[pipeline.Status]int, error) {
+	out := map[pipeline.Status]int{}
+	err := eachRow(s.pool.Query(ctx, `SELECT status, count(*) FROM jobs GROUP BY status`))(func(r pgx.Rows) error {
+		var st string
+		var n int
+		if err := r.Scan(&st, &n); err != nil {
+			return err
+		}
+		out[pipeline.Status(st)] = n
+		return nil
+	})
+	return out, err
+}
+
+// eachRow turns a query's result into an iterator that closes the rows and
+// translates errors.
+func eachRow(rows pgx.Rows, err error) func(fn func(pgx.Rows) error) error {
+	return func(fn func(pgx.Rows) error) error {
+		if err != nil {
+			return translate(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := fn(rows); err != nil {
+				return translate(err)
+			}
+		}
+		return translate(rows.Err())
+	}
+}

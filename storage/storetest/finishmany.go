@@ -1,0 +1,104 @@
+package storetest
+
+import (
+	"context"
+	"edgepipe/pipeline"
+	"errors"
+	"testing"
+	"time"
+)
+
+func testFinishManyIsolatesFencedAttempts(t *testing.T, h *Harness) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := pipeline.NewManualClock(t0)
+	s := h.open(t, clock)
+	mustCreate(t, s, newJob("v1-a"))
+	mustCreate(t, s, newJob("v1-b"))
+	cs, _, _ := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 2, LeaseFor: time.Minute})
+	if len(cs) != 2 {
+		t.Fatal(len(cs))
+	}
+	stale := cs[1].Lease
+	stale.AttemptID = "att_bogus"
+	errs, err := s.FinishMany(ctx, []pipeline.Finished{
+		{Lease: cs[0].Lease, Outcome: pipeline.Outcome{Status: pipeline.StatusSucceeded}},
+		{Lease: stale, Outcome: pipeline.Outcome{Status: pipeline.StatusSucceeded}},
+	})
+	if err != nil || errs[0] != nil || !errors.Is(errs[1], pipeline.ErrLeaseLost) {
+		t.Fatalf("errs %v err %v", errs, err)
+	}
+	if statusOf(t, s, "v1-a") != pipeline.StatusSucceeded || statusOf(t, s, "v1-b") != pipeline.StatusRunning {
+		t.Fatal("batch results not independent")
+	}
+}
+
+// FinishMany settles a batch mixing outcomes that take the bulk path
+// (succeeded, failed) and ones that do not (retry_wait): every job ends as
+// told, each status event carries its error code, if any, and a settled
+// job with a webhook gets its delivery.
+func testFinishManyMixedBatch(t *testing.T, h *Harness) {
+	t.Parallel()
+	ctx := context.Background()
+	s := h.open(t, pipeline.NewManualClock(t0))
+	ids := []string{"v1-m0", "v1-m1", "v1-m2", "v1-m3"}
+	for _, id := range ids {
+		nj := newJob(id)
+		if id != "v1-m0" {
+			nj.WebhookURL = "https://hooks.example.test/" + id
+		}
+		mustCreate(t, s, nj)
+	}
+	cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: len(ids), LeaseFor: time.Minute})
+	if err != nil || len(cs) != len(ids) {
+		t.Fatalf("fetch %d, %v", len(cs), err)
+	}
+	outcomes := map[string]pipeline.Outcome{
+		"v1-m0": {Status: pipeline.StatusRetryWait, NextRunAt: t0.Add(time.Minute), ErrorClass: pipeline.ClassTransient, ErrorCode: "provider_rate_limited"},
+		"v1-m1": {Status: pipeline.StatusSucceeded, ResultKey: "renders/v1/aa/m1.mp4"},
+		"v1-m2": {Status: pipeline.StatusFailed, ErrorClass: pipeline.ClassPermanent, ErrorCode: "bad_prompt", ErrorMessage: "refused"},
+		"v1-m3": {Status: pipeline.StatusRetryWait, NextRunAt: t0.Add(2 * time.Minute), ErrorClass: pipeline.ClassTransient, ErrorCode: "provider_timeout"},
+	}
+	var fs []pipeline.Finished
+	for _, c := range cs {
+		fs = append(fs, pipeline.Finished{Lease: c.Lease, Outcome: outcomes[c.Job.ID]})
+	}
+	errs, err := s.FinishMany(ctx, fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range errs {
+		if e != nil {
+			t.Errorf("FinishMany item %d (%s): %v", i, fs[i].Lease.JobID, e)
+		}
+	}
+	for id, o := range outcomes {
+		j, err := s.GetJob(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.Status != o.Status || j.LastErrorCode != o.ErrorCode || j.ResultKey != o.ResultKey {
+			t.Errorf("%s: status %s code %q result %q; want %s %q %q", id, j.Status, j.LastErrorCode, j.ResultKey, o.Status, o.ErrorCode, o.ResultKey)
+		}
+		ev, d := lastStatusEvent(t, s, id)
+		if ev.ToStatus != o.Status {
+			t.Errorf("%s: last event to %s, want %s", id, ev.ToStatus, o.Status)
+		}
+		code, has := d["error_code"]
+		if (o.ErrorCode != "") != has || (has && code != o.ErrorCode) {
+			t.Errorf("%s: event detail %v, want error_code %q", id, d, o.ErrorCode)
+		}
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM queue_messages`); n != 2 {
+		t.Errorf("%d messages left, want the two retry_wait jobs'", n)
+	}
+	// Only a settled job with a webhook gets a delivery (v1-m3 only waits).
+	if n := countRows(t, s, `SELECT count(*) FROM webhook_outbox`); n != 2 {
+		t.Errorf("%d webhook deliveries, want 2", n)
+	}
+	for _, id := range []string{"v1-m1", "v1-m2"} {
+		if n := countRows(t, s, `SELECT count(*) FROM webhook_outbox WHERE job_id = ? AND url = ?`, id, "https://hooks.example.test/"+id); n != 1 {
+			t.Errorf("no webhook delivery for the settled %s", id)
+		}
+	}
+}
