@@ -24,6 +24,12 @@ type WorkerConfig struct {
 	LeaseFor time.Duration
 	// Poll is how long an idle worker waits before fetching again.
 	Poll time.Duration
+	// Wake, when set, ends an idle wait early: a store that announces new
+	// messages on commit (Postgres LISTEN/NOTIFY, storage/postgres.Listener)
+	// sends on it, so a submission starts at once instead of at the next
+	// poll. It is only a hint: polling stays the fallback for a lost
+	// notification and for delayed messages, which nobody announces.
+	Wake <-chan struct{}
 	// PruneEvery is how often the worker removes spooled results of jobs
 	// that ended elsewhere (Engine.PruneSpool); the first prune runs at
 	// Start. Default 10 minutes.
@@ -201,6 +207,7 @@ func (w *Worker) loop(loop, work context.Context) {
 			select {
 			case <-loop.Done():
 				return
+			case <-w.cfg.Wake: // nil (no hint) blocks forever
 			case <-time.After(w.cfg.Poll):
 			}
 		}

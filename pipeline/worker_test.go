@@ -190,3 +190,35 @@ func TestWorkerClaimsNoMoreThanItsSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An idle worker waits for its poll interval, unless the store announces a
+// new message (Wake): then it fetches at once.
+func TestWorkerWakesOnHint(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	wake := make(chan struct{}, 1)
+	w, err := pipeline.NewWorker(pipeline.WorkerConfig{Store: h.store, Engine: h.engine, Queues: []string{"render-v1", "render-v2"},
+		Owner: "test", Concurrency: 1, LeaseFor: 3 * time.Second, Poll: time.Hour, Clock: h.clock, Wake: wake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := w.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	time.Sleep(100 * time.Millisecond) // the worker found both queues empty and waits
+	h.submit("v1-woken", board(img("p", "n", 600)))
+	time.Sleep(200 * time.Millisecond)
+	if st := h.job("v1-woken").Status; st != pipeline.StatusPending {
+		t.Fatalf("job is %s before any hint, with an hour's poll interval", st)
+	}
+	wake <- struct{}{}
+	waitFor(t, "the woken worker to finish the job", func() bool { return h.job("v1-woken").Status.Settled() })
+	if st := h.job("v1-woken").Status; st != pipeline.StatusSucceeded {
+		t.Fatalf("job is %s", st)
+	}
+}

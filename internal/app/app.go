@@ -92,6 +92,9 @@ func openObjects(ctx context.Context, cfg Config, log *slog.Logger) (pipeline.Ob
 
 // Parts are the long-running components a command starts.
 type Parts struct {
+	// Hints wakes the worker when Postgres announces a new message
+	// (LISTEN/NOTIFY); nil on SQLite.
+	Hints      pipeline.Starter
 	Worker     *pipeline.Worker
 	Sweeper    *pipeline.Sweeper
 	Dispatcher *webhook.Dispatcher
@@ -107,6 +110,9 @@ func (p *Parts) services() []pipeline.Starter {
 	var out []pipeline.Starter
 	if p.Presence != nil {
 		out = append(out, p.Presence)
+	}
+	if p.Hints != nil {
+		out = append(out, p.Hints)
 	}
 	if p.Worker != nil {
 		out = append(out, p.Worker)
@@ -170,9 +176,16 @@ func (a *App) Build(ctx context.Context, withAPI, withSweeper bool, workers int)
 		}
 		host, _ := os.Hostname()
 		owner := host + ":" + strconv.Itoa(os.Getpid())
+		hints, wake, err := wakeHints(a.Cfg, a.Queues(), a.Log)
+		if err != nil {
+			return nil, err
+		}
+		if hints != nil {
+			p.Hints = hints
+		}
 		p.Worker, err = pipeline.NewWorker(pipeline.WorkerConfig{
 			Store: a.Store, Engine: engine, Queues: a.Queues(), Owner: owner,
-			Concurrency: workers, LeaseFor: a.Cfg.LeaseFor, Logger: a.Log, Failpoint: fps.Func(),
+			Concurrency: workers, LeaseFor: a.Cfg.LeaseFor, Logger: a.Log, Failpoint: fps.Func(), Wake: wake,
 		})
 		if err != nil {
 			return nil, err

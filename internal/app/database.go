@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"slices"
 
 	"edgepipe/api"
 	"edgepipe/check"
@@ -85,4 +86,30 @@ func Migrate(ctx context.Context, cfg Config, log *slog.Logger) (int, error) {
 	}
 	defer st.Close()
 	return st.SchemaVersion(ctx)
+}
+
+// wakeHints returns, on Postgres, a listener that turns the store's
+// commit-time notifications about queues consumes into hints on the
+// returned channel (pipeline.WorkerConfig.Wake); on SQLite, where nobody
+// announces, nothing. The hint is only an early poll: a full channel
+// already holds one.
+func wakeHints(cfg Config, queues []string, log *slog.Logger) (*postgres.Listener, <-chan struct{}, error) {
+	u := cfg.DatabaseURL()
+	if u == "" {
+		return nil, nil, nil
+	}
+	wake := make(chan struct{}, 1)
+	l, err := postgres.NewListener(postgres.ListenerConfig{URL: u, Logger: log, Wake: func(queue string) {
+		if !slices.Contains(queues, queue) {
+			return
+		}
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}})
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, wake, nil
 }

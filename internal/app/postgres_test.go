@@ -92,6 +92,13 @@ func TestTwoProcessesShareOnePostgres(t *testing.T) {
 	apiDir, workerDir := t.TempDir(), t.TempDir()
 	front, fp := open(apiDir, true, 0)
 	_, wp := open(workerDir, false, 1)
+	if wp.Hints == nil {
+		t.Fatal("a worker on Postgres has no wake-up listener")
+	}
+	if err := wp.Hints.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { wp.Hints.Stop(context.Background()) })
 	if err := wp.Worker.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -152,5 +159,52 @@ func TestTwoProcessesShareOnePostgres(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A worker's wake-up hints come from Postgres' commit-time notifications,
+// only for the queues it consumes.
+func TestWakeHintsFollowCommits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := freshDatabase(t)
+	env := map[string]string{"EDGEPIPE_DATABASE_URL": dbURL, "EDGEPIPE_OBJECTS_DIR": t.TempDir()}
+	a, err := Open(ctx, testConfig(t, t.TempDir(), env), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	l, wake, err := wakeHints(a.Cfg, []string{"render-v1"}, slog.New(slog.DiscardHandler))
+	if err != nil || l == nil {
+		t.Fatalf("wakeHints: %v %v", l, err)
+	}
+	if err := l.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Stop(context.Background()) })
+	select {
+	case <-l.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatal("listener never listened")
+	}
+	submit := func(id, queue string) {
+		t.Helper()
+		nj := pipeline.NewJob{ID: id, Tenant: "acme", Operation: "render_video", IdempotencyKey: "k-" + id,
+			RequestFingerprint: "fp", Input: []byte(`{}`), Version: "v1", Queue: queue}
+		if _, _, err := a.Store.CreateJob(ctx, nj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	submit("v9-other", "render-v9")
+	select {
+	case <-wake:
+		t.Fatal("woken for a queue this worker does not consume")
+	case <-time.After(500 * time.Millisecond):
+	}
+	submit("v1-mine", "render-v1")
+	select {
+	case <-wake:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no wake-up after a commit on render-v1")
 	}
 }

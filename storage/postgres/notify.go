@@ -20,8 +20,8 @@ import (
 // fallback: a notification can be lost (a listener reconnecting) and a
 // delayed message (retry_wait) is not announced at all.
 //
-// pipeline.Worker has no wake hook yet; wiring Listener.Wake to one is left
-// for the worker's side (docs/design.md §10).
+// internal/app wires Listener.Wake to pipeline.WorkerConfig.Wake for the
+// queues a worker consumes (docs/design.md §10).
 
 // NotifyChannel is the LISTEN/NOTIFY channel of queue wake-ups.
 const NotifyChannel = "edgepipe_queue"
