@@ -12,6 +12,7 @@ import (
 	"edgepipe/pipeline"
 	"edgepipe/storage/postgres"
 	"edgepipe/storage/sqlite"
+	"edgepipe/storage/transfer"
 	"edgepipe/webhook"
 )
 
@@ -27,6 +28,8 @@ type JobStore interface {
 	api.QueueStats
 	check.Store
 	webhook.Store
+	transfer.Source
+	transfer.Target
 	SchemaVersion(ctx context.Context) (int, error)
 	Close() error
 }
