@@ -220,3 +220,43 @@ func TestExportFormat(t *testing.T) {
 		t.Fatalf("end line %v, rows %v", end.End.Rows, rows)
 	}
 }
+
+// A jobs row whose instance id differs from its id goes only into a store
+// that keeps instance ids (schema 5 and later); a store without the column
+// refuses it rather than lose the id the tenant knows.
+func TestImportInstanceID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := buildHistory(t)
+	file := strings.Replace(string(exportOf(t, h.store)), `"instance_id":"v1-ok"`, `"instance_id":"tenant-chosen"`, 1)
+	if !strings.Contains(file, `"tenant-chosen"`) {
+		t.Fatal("the export has no instance_id v1-ok to change")
+	}
+	dst, path := openSQLite(t, h.clock)
+	cols, _, err := sqliteRows(t, path)(ctx, "jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = transfer.Import(ctx, dst, strings.NewReader(file))
+	if !contains(cols, "instance_id") {
+		if !errors.Is(err, transfer.ErrIncompatible) {
+			t.Fatalf("a store without instance ids took a job whose instance id is not its id: %v", err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, r := range dumpWith(t, sqliteRows(t, path))["jobs"].rows {
+		if r["id"] == "'v1-ok" {
+			found = true
+			if r["instance_id"] != "'tenant-chosen" {
+				t.Fatalf("instance id %s", r["instance_id"])
+			}
+		}
+	}
+	if !found {
+		t.Fatal("job v1-ok was not imported")
+	}
+}
