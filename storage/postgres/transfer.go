@@ -42,10 +42,10 @@ func (s *Store) ExportRows(ctx context.Context, p *pipeline.ExportParams) error 
 	seqs := map[string]int64{}
 	for _, t := range desc.Tables {
 		seq, err := sequenceOf(ctx, tx, t.Name)
-		if err != nil || seq == "" {
-			if err != nil {
-				return err
-			}
+		if err != nil {
+			return err
+		}
+		if seq == "" {
 			continue
 		}
 		var v int64

@@ -97,13 +97,13 @@ func describe(ctx context.Context, q queryer, count bool) (pipeline.TransferStor
 	if err := q.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&d.SchemaVersion); err != nil {
 		return d, fmt.Errorf("sqlite: schema version: %w", translate(err))
 	}
-	names, err := strings0(ctx, q, `SELECT name FROM sqlite_master WHERE type = 'table'
+	names, err := firstColumn(ctx, q, `SELECT name FROM sqlite_master WHERE type = 'table'
 		AND name NOT LIKE 'sqlite_%' AND name <> 'schema_migrations' ORDER BY name`)
 	if err != nil {
 		return d, err
 	}
 	for _, n := range names {
-		cols, err := strings0(ctx, q, `SELECT name FROM pragma_table_info(?) ORDER BY cid`, n)
+		cols, err := firstColumn(ctx, q, `SELECT name FROM pragma_table_info(?) ORDER BY cid`, n)
 		if err != nil {
 			return d, err
 		}
@@ -118,7 +118,8 @@ func describe(ctx context.Context, q queryer, count bool) (pipeline.TransferStor
 	return d, nil
 }
 
-func strings0(ctx context.Context, q queryer, query string, args ...any) ([]string, error) {
+// firstColumn returns the first column of every row of query.
+func firstColumn(ctx context.Context, q queryer, query string, args ...any) ([]string, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: describe: %w", translate(err))
