@@ -132,6 +132,16 @@ func buildHistory(t *testing.T) *history {
 	}
 	// A job whose queue message waits, and a process's bindings.
 	create("v2-queued", "v2", "")
+	// A job keyed by its internal key, the tenant's id beside it: another
+	// tenant may hold the same instance id.
+	for _, tenant := range []string{"acme", "globex"} {
+		key := pipeline.JobKey(tenant, "v1-shared")
+		if _, created, err := st.CreateJob(ctx, pipeline.NewJob{ID: key, InstanceID: "v1-shared", Tenant: tenant,
+			Operation: "render_video", IdempotencyKey: "key-shared", RequestFingerprint: "fp-shared",
+			Input: json.RawMessage(`{}`), Version: "v1", Queue: "render-v1"}); err != nil || !created {
+			t.Fatalf("create %s: %v %v", key, created, err)
+		}
+	}
 	if err := st.AnnounceBindings(ctx, &pipeline.AnnounceBindingsParams{ProcessID: "proc-1", Role: "worker", Versions: []string{"v1", "v2"}}); err != nil {
 		t.Fatal(err)
 	}

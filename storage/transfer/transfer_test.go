@@ -41,7 +41,7 @@ func TestRoundTripSQLite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Rows["jobs"] != 8 || sum.Rows["assets"] != 4 || sum.Rows["webhook_outbox"] != 2 || sum.Rows["dead_letters"] < 2 ||
+	if sum.Rows["jobs"] != 10 || sum.Rows["assets"] != 4 || sum.Rows["webhook_outbox"] != 2 || sum.Rows["dead_letters"] < 2 ||
 		sum.Rows["queue_messages"] == 0 || sum.Rows["process_bindings"] != 1 || sum.Rows["object_claims"] != 1 {
 		t.Fatalf("imported %v", sum.Rows)
 	}
