@@ -10,8 +10,10 @@ const (
 	exitNeedsReview  = 4
 	exitDeadLettered = 5
 	exitCanceled     = 6
-	exitTimeout      = 7 // submit --wait --timeout passed first
-	exitRefused      = 8 // the server refused the submission (4xx)
+	exitTimeout      = 7  // submit --wait --timeout passed first
+	exitRefused      = 8  // the server refused the submission (4xx)
+	exitNotEmpty     = 9  // import: the target job store already holds rows
+	exitBadExport    = 10 // import: the file is not a complete export, or does not fit the target's schema
 )
 
 // codedError carries an exit status with the error that explains it.

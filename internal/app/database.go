@@ -13,6 +13,7 @@ import (
 	"edgepipe/pipeline"
 	"edgepipe/storage/postgres"
 	"edgepipe/storage/sqlite"
+	"edgepipe/storage/transfer"
 	"edgepipe/webhook"
 )
 
@@ -28,6 +29,8 @@ type JobStore interface {
 	api.QueueStats
 	check.Store
 	webhook.Store
+	transfer.Source
+	transfer.Target
 	SchemaVersion(ctx context.Context) (int, error)
 	Close() error
 }
