@@ -40,7 +40,7 @@ var Known = []string{
 	"EDGEPIPE_FAILPOINTS", "EDGEPIPE_LOG_LEVEL", "EDGEPIPE_WEBHOOK_SECRET", "EDGEPIPE_ALLOW_PRIVATE_WEBHOOKS",
 	api.EnvHTTPReadHeaderTimeout, api.EnvHTTPReadTimeout, api.EnvHTTPIdleTimeout, api.EnvHTTPMaxConns, api.EnvSSEMaxAge,
 	"EDGEPIPE_URL", "EDGEPIPE_TOKEN", // client commands (submit, status, ...)
-	"EDGEPIPE_MINIO_BIN", "EDGEPIPE_BASE_IMAGE", "EDGEPIPE_MINIO_IMAGE", "EDGEPIPE_IMAGE", // tests and images
+	"EDGEPIPE_MINIO_BIN", "EDGEPIPE_BASE_IMAGE", "EDGEPIPE_MINIO_IMAGE", "EDGEPIPE_IMAGE", "EDGEPIPE_POSTGRES_IMAGE", // tests and images
 	"EDGEPIPE_TEST_DEBUG", "EDGEPIPE_CHROMIUM",
 	"EDGEPIPE_DATABASE_URL", "EDGEPIPE_TEST_DATABASE_URL", // job store (database.go); the Postgres tests' server
 }
