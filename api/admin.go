@@ -19,8 +19,13 @@ import (
 )
 
 // AdminJob is a job that needs an operator, with what they need to decide.
+// Operators address jobs by their internal key (docs/design.md §3): id and
+// job_id are that key; instance_id is the id the tenant knows, and links
+// are the tenant's paths.
 type AdminJob struct {
 	JobResource
+	JobID      string              `json:"job_id"`
+	InstanceID string              `json:"instance_id"`
 	Tenant     string              `json:"tenant"`
 	ErrorClass pipeline.ErrorClass `json:"error_class"`
 	HasResult  bool                `json:"has_result"`
@@ -35,8 +40,11 @@ type AdminJobList struct {
 // DeadLetter is the operator's view of a dead letter. Bound says whether
 // the job's version is served now, i.e. whether a redrive can succeed.
 type DeadLetter struct {
-	ID              int64      `json:"id"`
+	ID int64 `json:"id"`
+	// JobID is the job's internal key, InstanceID the id its tenant
+	// knows it by.
 	JobID           string     `json:"job_id"`
+	InstanceID      string     `json:"instance_id"`
 	Queue           string     `json:"queue"`
 	Reason          string     `json:"reason"`
 	Detail          string     `json:"detail"`
@@ -62,15 +70,17 @@ type DeadLetterList struct {
 }
 
 func (s *Server) adminJob(c echo.Context, j pipeline.Job) AdminJob {
-	return AdminJob{JobResource: s.resource(c, j, true), Tenant: j.Tenant, ErrorClass: j.LastErrorClass, HasResult: j.ResultKey != ""}
+	r := s.resource(c, j, true)
+	r.ID = j.ID
+	return AdminJob{JobResource: r, JobID: j.ID, InstanceID: j.InstanceID, Tenant: j.Tenant, ErrorClass: j.LastErrorClass, HasResult: j.ResultKey != ""}
 }
 
 func (s *Server) deadLetter(ctx context.Context, d pipeline.DeadLetter) DeadLetter {
-	return DeadLetter{ID: d.ID, JobID: d.JobID, Queue: d.Queue, Reason: d.Reason, Detail: d.Detail,
+	return DeadLetter{ID: d.ID, JobID: d.JobID, InstanceID: d.InstanceID, Queue: d.Queue, Reason: d.Reason, Detail: d.Detail,
 		DeadLetteredAt: d.DeadLetteredAt, RedrivenAt: timePtr(d.RedrivenAt), RedrivenToQueue: d.RedrivenToQueue,
 		DiscardedAt: timePtr(d.DiscardedAt), DiscardedBy: d.DiscardedBy, DiscardReason: d.DiscardReason,
 		Tenant: d.Tenant, Version: d.Version,
-		Bound: !s.route(ctx, d.JobID).DeadLetter}
+		Bound: !s.route(ctx, d.InstanceID).DeadLetter}
 }
 
 // adminJobs is GET /v1/admin/jobs: jobs of every tenant that need a human
@@ -156,7 +166,7 @@ func (s *Server) adminDecide(c echo.Context) error {
 		return &pipeline.ValidationError{Fields: fields}
 	}
 	id := c.Param("id")
-	if id == "" || len(id) > routing.MaxIDLen {
+	if id == "" || len(id) > maxJobKeyLen {
 		return pipeline.ErrNotFound
 	}
 	j, err := s.cfg.Store.DecideWithReason(c.Request().Context(), id, d, operatorOf(c), body.Reason)
@@ -240,7 +250,7 @@ func (s *Server) adminRedrive(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	route := s.route(ctx, d.JobID)
+	route := s.route(ctx, d.InstanceID)
 	if route.DeadLetter {
 		return problem(http.StatusConflict, "version_unbound",
 			"the job's workflow version is not bound in this deployment (EDGEPIPE_BINDINGS); bind it, then redrive")
@@ -272,9 +282,10 @@ func backToPage(c echo.Context, msg string) error {
 	return c.Redirect(http.StatusSeeOther, "/admin?done="+url.QueryEscape(msg))
 }
 
-// doneMessage matches exactly the messages backToPage is given.
-var doneMessage = regexp.MustCompile(`^(Job [A-Za-z0-9_-]{1,64}: (retry|fail) recorded\.` +
-	`|Dead letter [0-9]{1,19}: job [A-Za-z0-9_-]{1,64} redriven to [A-Za-z0-9_-]{1,80}\.` +
+// doneMessage matches exactly the messages backToPage is given (job ids
+// there are internal keys: an instance id, maybe with .t and a tenant hash).
+var doneMessage = regexp.MustCompile(`^(Job [A-Za-z0-9_-]{1,64}(\.t[0-9a-f]{16})?: (retry|fail) recorded\.` +
+	`|Dead letter [0-9]{1,19}: job [A-Za-z0-9_-]{1,64}(\.t[0-9a-f]{16})? redriven to [A-Za-z0-9_-]{1,80}\.` +
 	`|Dead letter [0-9]{1,19}: discarded\.` +
 	`|(Redrove|Discarded|Would redrive|Would discard) [0-9]{1,4} dead letters; skipped [0-9]{1,4}\.( More match: repeat\.)?)$`)
 

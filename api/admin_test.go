@@ -79,12 +79,12 @@ func TestAdminJobsAndDecision(t *testing.T) {
 		t.Fatalf("jobs needing action: %+v", l.Jobs)
 	}
 	a := l.Jobs[0]
-	if a.ID != j.ID || a.Tenant != "acme" || a.ErrorClass != pipeline.ClassAmbiguous || a.HasResult ||
+	if a.ID != ak(j.ID) || a.JobID != a.ID || a.InstanceID != j.ID || a.Links.Self != "/v1/jobs/"+j.ID || a.Tenant != "acme" || a.ErrorClass != pipeline.ClassAmbiguous || a.HasResult ||
 		a.Error == nil || a.Error.Code != "provider_timeout" || a.Attempts != 1 || a.Status != pipeline.StatusNeedsReview {
 		t.Fatalf("admin job %+v", a)
 	}
 
-	path := "/v1/admin/jobs/" + j.ID + "/decision"
+	path := "/v1/admin/jobs/" + ak(j.ID) + "/decision"
 	for body, field := range map[string]string{`{"decision":"maybe"}`: "decision", `{}`: "decision", `{"decision":"retry","x":1}`: "x", `{"decision":"retry","decision":"fail"}`: "decision", `{"decision":7}`: "decision", `nope`: "body"} {
 		w := e.do(t, adminJSON(http.MethodPost, path, body))
 		if w.Code != 400 || !hasField(problemOf(t, w), field) {
@@ -101,7 +101,7 @@ func TestAdminJobsAndDecision(t *testing.T) {
 	}
 	// Not in needs_review any more: 409, and a pending job of another
 	// tenant cannot be decided either.
-	for _, id := range []string{j.ID, other.ID} {
+	for _, id := range []string{ak(j.ID), pipeline.JobKey("globex", other.ID)} {
 		w = e.do(t, adminJSON(http.MethodPost, "/v1/admin/jobs/"+id+"/decision", `{"decision":"fail"}`))
 		if w.Code != http.StatusConflict || problemOf(t, w).Code != "invalid_transition" {
 			t.Fatalf("decide %s: %d %s", id, w.Code, w.Body)
@@ -114,7 +114,7 @@ func TestAdminJobsAndDecision(t *testing.T) {
 		t.Fatalf("still listed after the decision: %+v", l.Jobs)
 	}
 	// The decision is in the job's history under the operator's name.
-	evs, _ := e.store.Events(context.Background(), j.ID, 0, 0)
+	evs, _ := e.store.Events(context.Background(), ak(j.ID), 0, 0)
 	if !strings.Contains(string(evs[len(evs)-2].Detail), `"operator":"admin"`) {
 		t.Fatalf("decision event %s", evs[len(evs)-2].Detail)
 	}
@@ -132,7 +132,7 @@ func TestAdminRedrive(t *testing.T) {
 		t.Fatalf("dead letters %+v", dls)
 	}
 	d := dls.DeadLetters[0]
-	if d.JobID != "v2-later" || d.Reason != pipeline.ReasonUnboundVersion || d.Queue != "render-v2" || d.Bound || d.RedrivenAt != nil {
+	if d.JobID != ak("v2-later") || d.InstanceID != "v2-later" || d.Reason != pipeline.ReasonUnboundVersion || d.Queue != "render-v2" || d.Bound || d.RedrivenAt != nil {
 		t.Fatalf("dead letter %+v", d)
 	}
 	path := "/v1/admin/dead-letters/" + strconv.FormatInt(d.ID, 10) + "/redrive"
@@ -141,7 +141,7 @@ func TestAdminRedrive(t *testing.T) {
 	if w.Code != http.StatusConflict || problemOf(t, w).Code != "version_unbound" {
 		t.Fatalf("unbound redrive: %d %s", w.Code, w.Body)
 	}
-	if j, _ := e.store.GetJob(context.Background(), "v2-later"); j.Status != pipeline.StatusDeadLettered {
+	if j, _ := e.store.GetJob(context.Background(), ak("v2-later")); j.Status != pipeline.StatusDeadLettered {
 		t.Fatalf("job moved: %s", j.Status)
 	}
 	// The operator binds v2 (a new deployment) and redrives: the job goes to
@@ -162,7 +162,7 @@ func TestAdminRedrive(t *testing.T) {
 	if w.Code != 415 {
 		t.Fatalf("cross-site bodiless redrive: %d %s", w.Code, w.Body)
 	}
-	if j, _ := e.store.GetJob(context.Background(), "v2-later"); j.Status != pipeline.StatusDeadLettered {
+	if j, _ := e.store.GetJob(context.Background(), ak("v2-later")); j.Status != pipeline.StatusDeadLettered {
 		t.Fatalf("a refused redrive moved the job: %s", j.Status)
 	}
 	// No body and no Content-Type at all (curl -X POST): accepted.
@@ -211,7 +211,7 @@ func TestAdminPageAndForms(t *testing.T) {
 	for _, want := range []string{
 		"2 items need you", j.ID, "provider_timeout", "the speech provider did not answer", // the review job, its error
 		"v7-future", "unbound_version", "version not bound", // the dead letter, and why it cannot be redriven
-		`action="/v1/admin/jobs/` + j.ID + `/decision"`, `value="retry"`, `value="fail"`,
+		`action="/v1/admin/jobs/` + ak(j.ID) + `/decision"`, `value="retry"`, `value="fail"`,
 		`name="csrf" value="` + e.srv.csrf + `"`, "needs_review", "dead_lettered",
 	} {
 		if !strings.Contains(page, want) {
@@ -230,7 +230,7 @@ func TestAdminPageAndForms(t *testing.T) {
 		if csrf != "" {
 			v.Set("csrf", csrf)
 		}
-		return req{method: http.MethodPost, path: "/v1/admin/jobs/" + j.ID + "/decision", body: v.Encode(),
+		return req{method: http.MethodPost, path: "/v1/admin/jobs/" + ak(j.ID) + "/decision", body: v.Encode(),
 			hdr: map[string]string{"Authorization": basic("alice", tokAdmin), "Content-Type": "application/x-www-form-urlencoded"}}
 	}
 	// A cross-site form has no token: refused, with a page a browser shows.
@@ -244,8 +244,8 @@ func TestAdminPageAndForms(t *testing.T) {
 	if w.Code != http.StatusSeeOther || !strings.HasPrefix(w.Header().Get("Location"), "/admin?done=") {
 		t.Fatalf("form decision: %d %v", w.Code, w.Header())
 	}
-	jj, _ := e.store.GetJob(context.Background(), j.ID)
-	evs, _ := e.store.Events(context.Background(), j.ID, 0, 0)
+	jj, _ := e.store.GetJob(context.Background(), ak(j.ID))
+	evs, _ := e.store.Events(context.Background(), ak(j.ID), 0, 0)
 	if jj.Status != pipeline.StatusFailed || !strings.Contains(string(evs[len(evs)-2].Detail), `"operator":"alice"`) {
 		t.Fatalf("after form: %s %s", jj.Status, evs[len(evs)-2].Detail)
 	}

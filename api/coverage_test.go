@@ -99,7 +99,7 @@ func TestRedriveFormPost(t *testing.T) {
 	if w.Code != http.StatusSeeOther || !strings.HasPrefix(w.Header().Get("Location"), "/admin?done=") {
 		t.Fatalf("%d %v %s", w.Code, w.Header(), w.Body)
 	}
-	if j, _ := e.store.GetJob(context.Background(), "v2-later"); j.Status != "pending" {
+	if j, _ := e.store.GetJob(context.Background(), ak("v2-later")); j.Status != "pending" {
 		t.Fatalf("job %s", j.Status)
 	}
 }

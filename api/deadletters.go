@@ -136,7 +136,8 @@ type DeadLetterBulkResult struct {
 // DeadLetterBulkItem is one dead letter's outcome in a bulk call.
 type DeadLetterBulkItem struct {
 	DeadLetterID int64  `json:"dead_letter_id"`
-	JobID        string `json:"job_id"`
+	JobID        string `json:"job_id"` // the internal job key
+	InstanceID   string `json:"instance_id"`
 	Tenant       string `json:"tenant"`
 	Version      string `json:"version"`
 	Reason       string `json:"reason"`
@@ -260,7 +261,7 @@ func (s *Server) adminBulk(c echo.Context, discard bool) error {
 	}
 	op := operatorOf(c)
 	for _, d := range dls {
-		it := DeadLetterBulkItem{DeadLetterID: d.ID, JobID: d.JobID, Tenant: d.Tenant, Version: d.Version, Reason: d.Reason}
+		it := DeadLetterBulkItem{DeadLetterID: d.ID, JobID: d.JobID, InstanceID: d.InstanceID, Tenant: d.Tenant, Version: d.Version, Reason: d.Reason}
 		var err error
 		switch {
 		case discard && req.DryRun:
@@ -270,7 +271,7 @@ func (s *Server) adminBulk(c echo.Context, discard bool) error {
 				it.Outcome = outcomeDiscarded
 			}
 		default:
-			route := s.route(ctx, d.JobID)
+			route := s.route(ctx, d.InstanceID) // the version is the instance id's prefix
 			switch {
 			case route.DeadLetter:
 				it.Outcome, it.Code = outcomeSkipped, "version_unbound"

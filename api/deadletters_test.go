@@ -35,7 +35,7 @@ func TestDecisionRecordedOnTheJob(t *testing.T) {
 		t.Fatalf("a job without a decision: %s", w.Body)
 	}
 	e.toReview(t, e.claim(t, "render-v1"))
-	path := "/v1/admin/jobs/" + j.ID + "/decision"
+	path := "/v1/admin/jobs/" + ak(j.ID) + "/decision"
 	for _, tc := range []struct{ body, field string }{
 		{`{"decision":"fail","reason":" padded"}`, "reason"},
 		{`{"decision":"fail","reason":"two\nlines"}`, "reason"},
@@ -68,7 +68,7 @@ func TestDecisionRecordedOnTheJob(t *testing.T) {
 		t.Fatalf("owner's view: %+v %+v", own.Decision, own.Error)
 	}
 	// The decision event carries the reason.
-	evs, _ := e.store.Events(context.Background(), j.ID, 0, 0)
+	evs, _ := e.store.Events(context.Background(), ak(j.ID), 0, 0)
 	found := false
 	for _, ev := range evs {
 		found = found || ev.Kind == pipeline.EventDecision && strings.Contains(string(ev.Detail), `"reason":"billed twice by the provider, refunded"`)
@@ -80,11 +80,11 @@ func TestDecisionRecordedOnTheJob(t *testing.T) {
 	// The page's form sends a reason too, and the page shows the decisions.
 	j2 := e.mustSubmit(t, tokAcme, "k2")
 	e.toReview(t, e.claim(t, "render-v1"))
-	w = e.do(t, adminForm("/v1/admin/jobs/"+j2.ID+"/decision", url.Values{"csrf": {e.srv.csrf}, "decision": {"retry"}, "reason": {"provider confirmed no charge"}}))
+	w = e.do(t, adminForm("/v1/admin/jobs/"+ak(j2.ID)+"/decision", url.Values{"csrf": {e.srv.csrf}, "decision": {"retry"}, "reason": {"provider confirmed no charge"}}))
 	if w.Code != http.StatusSeeOther {
 		t.Fatalf("form: %d %s", w.Code, w.Body)
 	}
-	if got, _ := e.store.GetJob(context.Background(), j2.ID); got.Decision.Reason != "provider confirmed no charge" || got.Decision.Kind != pipeline.DecisionRetry {
+	if got, _ := e.store.GetJob(context.Background(), ak(j2.ID)); got.Decision.Reason != "provider confirmed no charge" || got.Decision.Kind != pipeline.DecisionRetry {
 		t.Fatalf("form decision: %+v", got.Decision)
 	}
 	page := e.do(t, req{method: http.MethodGet, path: "/admin", hdr: map[string]string{"Authorization": "Bearer " + tokAdmin}}).Body.String()
@@ -121,7 +121,7 @@ func (e *testEnv) deadLetterOf(t *testing.T, jobID string) DeadLetter {
 	t.Helper()
 	l := decode[DeadLetterList](t, e.do(t, adminJSON(http.MethodGet, "/v1/admin/dead-letters?include_redriven=true", "")))
 	for _, d := range l.DeadLetters {
-		if d.JobID == jobID {
+		if d.InstanceID == jobID {
 			return d
 		}
 	}
@@ -160,11 +160,11 @@ func TestDiscardDeadLetter(t *testing.T) {
 	if got.DiscardedAt == nil || !got.DiscardedAt.Equal(e.clock.Now()) || got.DiscardedBy != "alice" || got.DiscardReason != "customer withdrew the order" || got.RedrivenAt != nil {
 		t.Fatalf("discarded: %+v", got)
 	}
-	j, _ := e.store.GetJob(context.Background(), "v2-gone")
+	j, _ := e.store.GetJob(context.Background(), ak("v2-gone"))
 	if j.Status != pipeline.StatusDeadLettered || j.RequiresAction {
 		t.Fatalf("job after discard: %s requires_action=%v", j.Status, j.RequiresAction)
 	}
-	evs, _ := e.store.Events(context.Background(), "v2-gone", 0, 0)
+	evs, _ := e.store.Events(context.Background(), ak("v2-gone"), 0, 0)
 	if last := evs[len(evs)-1]; last.Kind != pipeline.EventDeadLetterDiscarded || !strings.Contains(string(last.Detail), `"operator":"alice"`) {
 		t.Fatalf("audit event: %+v %s", last, last.Detail)
 	}
@@ -176,10 +176,10 @@ func TestDiscardDeadLetter(t *testing.T) {
 		t.Fatalf("missing: %d", w.Code)
 	}
 	open := decode[DeadLetterList](t, e.do(t, adminJSON(http.MethodGet, "/v1/admin/dead-letters", "")))
-	if len(open.DeadLetters) != 2 || open.DeadLetters[0].JobID != "v2-back" || open.DeadLetters[1].JobID != "v2-kept" {
+	if len(open.DeadLetters) != 2 || open.DeadLetters[0].InstanceID != "v2-back" || open.DeadLetters[1].InstanceID != "v2-kept" {
 		t.Fatalf("open after discard: %+v", open.DeadLetters)
 	}
-	if l := decode[AdminJobList](t, e.do(t, adminJSON(http.MethodGet, "/v1/admin/jobs", ""))); len(l.Jobs) != 2 || l.Jobs[0].ID == "v2-gone" || l.Jobs[1].ID == "v2-gone" {
+	if l := decode[AdminJobList](t, e.do(t, adminJSON(http.MethodGet, "/v1/admin/jobs", ""))); len(l.Jobs) != 2 || l.Jobs[0].InstanceID == "v2-gone" || l.Jobs[1].InstanceID == "v2-gone" {
 		t.Fatalf("jobs needing action: %+v", l.Jobs)
 	}
 	page := e.do(t, req{method: http.MethodGet, path: "/admin", hdr: map[string]string{"Authorization": "Bearer " + tokAdmin}}).Body.String()
@@ -236,7 +236,7 @@ func TestBulkDeadLetters(t *testing.T) {
 	jobs := func(r DeadLetterBulkResult) string {
 		var out []string
 		for _, it := range r.Items {
-			s := it.JobID + ":" + it.Outcome
+			s := it.InstanceID + ":" + it.Outcome
 			if it.Code != "" {
 				s += "/" + it.Code
 			}
@@ -284,7 +284,7 @@ func TestBulkDeadLetters(t *testing.T) {
 	if r.Action != "redrive" || r.Matched != 2 || r.Done != 2 || !r.More || jobs(r) != "v2-a1:redriven,v2-g1:redriven" {
 		t.Fatalf("redrive by age: %+v", r)
 	}
-	for _, id := range []string{"v2-a1", "v2-g1"} {
+	for _, id := range []string{ak("v2-a1"), pipeline.JobKey("globex", "v2-g1")} {
 		if j, _ := e.store.GetJob(context.Background(), id); j.Status != pipeline.StatusPending || j.Queue != "render-v2" {
 			t.Fatalf("%s after bulk redrive: %s %s", id, j.Status, j.Queue)
 		}
@@ -298,7 +298,7 @@ func TestBulkDeadLetters(t *testing.T) {
 	if r.Action != "discard" || r.Matched != 2 || r.Done != 2 || jobs(r) != "v3-a2:discarded,v3-g2:discarded" {
 		t.Fatalf("discard by version: %+v", r)
 	}
-	if j, _ := e.store.GetJob(context.Background(), "v3-g2"); j.Status != pipeline.StatusDeadLettered {
+	if j, _ := e.store.GetJob(context.Background(), pipeline.JobKey("globex", "v3-g2")); j.Status != pipeline.StatusDeadLettered {
 		t.Fatalf("discarded job: %s", j.Status)
 	}
 	// Nothing left to match is an empty answer, not an error.
@@ -313,7 +313,7 @@ func TestBulkDeadLetters(t *testing.T) {
 	if loc, _ := url.QueryUnescape(w.Header().Get("Location")); !strings.Contains(loc, "Redrove 1 dead letters; skipped 0.") {
 		t.Fatalf("bulk form went to %s", loc)
 	}
-	if j, _ := e.store.GetJob(context.Background(), "v2-a3"); j.Status != pipeline.StatusPending {
+	if j, _ := e.store.GetJob(context.Background(), ak("v2-a3")); j.Status != pipeline.StatusPending {
 		t.Fatalf("v2-a3 after the form: %s", j.Status)
 	}
 	w = e.do(t, adminForm("/v1/admin/dead-letters/discard", url.Values{"csrf": {e.srv.csrf}, "filter_tenant": {"acme"}, "reason": {"x"}, "dry_run": {"true"}}))

@@ -162,7 +162,7 @@ func TestEventsResumeWithoutGapsOrDuplicates(t *testing.T) {
 	s2 := openStream(t, ts.URL, j.ID, strconv.FormatInt(got[len(got)-1].id, 10), "")
 	got = append(got, s2.rest(t)...) // ends by itself after the terminal event
 
-	all, err := e.store.Events(ctx, j.ID, 0, 0)
+	all, err := e.store.Events(ctx, ak(j.ID), 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestEventsOfSettledJob(t *testing.T) {
 	t.Cleanup(ts.Close) // after the streams close (cleanups run last-in first-out)
 	j := e.mustSubmit(t, tokAcme, "k1")
 	e.toReview(t, e.claim(t, "render-v1"))
-	all, _ := e.store.Events(context.Background(), j.ID, 0, 0)
+	all, _ := e.store.Events(context.Background(), ak(j.ID), 0, 0)
 	if len(all) != 3 {
 		t.Fatalf("%d events", len(all))
 	}
@@ -221,7 +221,7 @@ func TestEventsOfSettledJob(t *testing.T) {
 		t.Fatalf("Last-Event-ID and after: %+v", got)
 	}
 	// An operator's decision moves it again; reconnecting follows on.
-	if _, err := e.store.Decide(context.Background(), j.ID, pipeline.DecisionFail, "op"); err != nil {
+	if _, err := e.store.Decide(context.Background(), ak(j.ID), pipeline.DecisionFail, "op"); err != nil {
 		t.Fatal(err)
 	}
 	got := openStream(t, ts.URL, j.ID, strconv.FormatInt(all[2].ID, 10), "").rest(t)

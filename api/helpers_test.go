@@ -246,3 +246,7 @@ func (e *testEnv) toReview(t testing.TB, c pipeline.Claimed) {
 		t.Fatal(err)
 	}
 }
+
+// ak is the internal key of acme's job with instance id id: what the store
+// and the operator routes address it by.
+func ak(id string) string { return pipeline.JobKey("acme", id) }

@@ -89,6 +89,10 @@ type Links struct {
 
 func jobPath(id string) string { return "/v1/jobs/" + id }
 
+// maxJobKeyLen is the longest internal job key (pipeline.JobKey of the
+// longest instance id): what operator routes and cursors accept.
+const maxJobKeyLen = routing.MaxIDLen + pipeline.JobKeySuffixLen
+
 func timePtr(t time.Time) *time.Time {
 	if t.IsZero() {
 		return nil
@@ -99,9 +103,10 @@ func timePtr(t time.Time) *time.Time {
 // resource builds the public view of j. Unless brief, it looks the result's
 // asset up (and presigns its URL when the store can).
 func (s *Server) resource(c echo.Context, j pipeline.Job, brief bool) JobResource {
-	self := jobPath(j.ID)
+	// The tenant knows its job by the instance id only (docs/design.md §3).
+	self := jobPath(j.InstanceID)
 	r := JobResource{
-		ID: j.ID, Operation: j.Operation, Version: j.Version, Status: j.Status,
+		ID: j.InstanceID, Operation: j.Operation, Version: j.Version, Status: j.Status,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, StatusChangedAt: j.StatusChangedAt,
 		Attempts: j.Attempts, NextRetryAt: timePtr(j.NextRunAt), CancelRequestedAt: timePtr(j.CancelRequestedAt),
 		Progress:       Progress{UnitsTotal: j.UnitsTotal, UnitsDone: j.UnitsDone, Stage: j.Stage},
@@ -150,8 +155,8 @@ func (s *Server) describeResult(c echo.Context, res *Result) {
 	}
 }
 
-// loadJob returns the caller's job; another tenant's is pipeline.ErrNotFound
-// exactly like a missing one.
+// loadJob returns the caller's job by its instance id; ids are unique per
+// tenant, so another tenant's job with the same id is not even looked at.
 func (s *Server) loadJob(c echo.Context) (pipeline.Job, error) {
 	id := c.Param("id")
 	if id == "" || len(id) > routing.MaxIDLen {
@@ -277,7 +282,7 @@ func decodeCursor(s string) (pipeline.Cursor, error) {
 	}
 	msPart, id, ok := strings.Cut(string(b), ".")
 	n, err := strconv.ParseInt(msPart, 10, 64)
-	if !ok || err != nil || n < 0 || id == "" || len(id) > routing.MaxIDLen {
+	if !ok || err != nil || n < 0 || id == "" || len(id) > maxJobKeyLen {
 		return pipeline.Cursor{}, errBadCursor
 	}
 	return pipeline.Cursor{CreatedAtMS: n, ID: id}, nil

@@ -27,7 +27,8 @@ type liveBindings struct {
 	readAt   time.Time
 }
 
-// route decides the queue of id against the deployment's bindings: this
+// route decides the queue of instance id id (never an internal job key: its
+// version is the instance id's prefix) against the deployment's bindings: this
 // process's own (EDGEPIPE_BINDINGS) and those of its live processes. If
 // the live bindings cannot be read, the job is routed on this process's
 // alone — the same answer a single-process deployment gives.

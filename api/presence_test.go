@@ -39,7 +39,7 @@ func TestSubmitRoutesAgainstLiveBindings(t *testing.T) {
 	if j.Status != pipeline.StatusPending || j.Version != "v2" {
 		t.Fatalf("v2 job with a live v2 worker: %s on %s, want pending v2", j.Status, j.Version)
 	}
-	if c := e.claim(t, "render-v2"); c.Job.ID != j.ID {
+	if c := e.claim(t, "render-v2"); c.Job.ID != ak(j.ID) {
 		t.Fatalf("render-v2 gave %s, want %s", c.Job.ID, j.ID)
 	}
 	// The worker stops beating: after it counts as gone, v2 is unbound again.

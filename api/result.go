@@ -48,7 +48,7 @@ func (s *Server) result(c echo.Context) error {
 		ct = "video/mp4"
 	}
 	h.Set(echo.HeaderContentType, ct)
-	h.Set(echo.HeaderContentDisposition, `inline; filename="`+j.ID+`.mp4"`)
+	h.Set(echo.HeaderContentDisposition, `inline; filename="`+j.InstanceID+`.mp4"`)
 	if a.SHA256 != "" {
 		h.Set("ETag", `"`+a.SHA256+`"`)
 	}

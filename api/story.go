@@ -12,7 +12,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"edgepipe/pipeline"
-	"edgepipe/routing"
 )
 
 // AdminJobStory is one job's whole story for an operator (GET
@@ -165,7 +164,7 @@ type StoryEvent struct {
 // jobStory reads job id's story and builds the operator's view of it.
 func (s *Server) jobStory(c echo.Context) (AdminJobStory, error) {
 	id := c.Param("id")
-	if id == "" || len(id) > routing.MaxIDLen {
+	if id == "" || len(id) > maxJobKeyLen {
 		return AdminJobStory{}, pipeline.ErrNotFound
 	}
 	st, err := s.cfg.Store.JobStory(c.Request().Context(), &pipeline.JobStoryParams{JobID: id})

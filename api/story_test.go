@@ -40,7 +40,7 @@ const storyReason = `provider says <b>no charge</b> for the lost call`
 func buildStory(t testing.TB, e *testEnv) storyFixture {
 	t.Helper()
 	ctx := context.Background()
-	f := storyFixture{JobID: e.mustSubmit(t, tokAcme, "story").ID, Reason: storyReason, LeftClaim: "images/never-written.png"}
+	f := storyFixture{JobID: pipeline.JobKey("acme", e.mustSubmit(t, tokAcme, "story").ID), Reason: storyReason, LeftClaim: "images/never-written.png"}
 	fetch := func(owner string) pipeline.Claimed {
 		t.Helper()
 		cs, _, err := e.store.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: owner, Max: 1, LeaseFor: time.Minute})
@@ -235,7 +235,7 @@ func TestAdminJobStoryLeases(t *testing.T) {
 	}
 	first := fetch("worker-a")
 	story := func() AdminJobStory {
-		w := e.do(t, adminJSON(http.MethodGet, "/v1/admin/jobs/"+j.ID, ""))
+		w := e.do(t, adminJSON(http.MethodGet, "/v1/admin/jobs/"+pipeline.JobKey("acme", j.ID), ""))
 		if w.Code != http.StatusOK {
 			t.Fatalf("%d %s", w.Code, w.Body)
 		}
@@ -381,8 +381,9 @@ func TestAdminJobStoryPage(t *testing.T) {
 	// A job in needs_review has its decision form on the page.
 	j := e.mustSubmit(t, tokGlobex, "review")
 	e.toReview(t, e.claim(t, "render-v1"))
-	_, page = pageGet(t, e, "/admin/jobs/"+j.ID)
-	if !strings.Contains(page, `action="/v1/admin/jobs/`+j.ID+`/decision"`) || !strings.Contains(page, `name="csrf" value="`+e.srv.csrf+`"`) {
+	key := pipeline.JobKey("globex", j.ID)
+	_, page = pageGet(t, e, "/admin/jobs/"+key)
+	if !strings.Contains(page, `action="/v1/admin/jobs/`+key+`/decision"`) || !strings.Contains(page, `name="csrf" value="`+e.srv.csrf+`"`) {
 		t.Error("needs_review job page lacks the decision form")
 	}
 
@@ -512,19 +513,21 @@ func TestAdminPageJobFilters(t *testing.T) {
 		}
 		return out
 	}
+	// The operators' list shows internal keys (docs/design.md §3).
+	o, fr, v2 := pipeline.JobKey("acme", old.ID), pipeline.JobKey("globex", fresh.ID), pipeline.JobKey("globex", "v2-fresh")
 	for _, tc := range []struct {
 		query string
 		want  []string
 	}{
-		{"", []string{"v2-fresh", fresh.ID, old.ID}},
-		{"tenant=acme", []string{old.ID}},
-		{"tenant=globex&status=pending", []string{"v2-fresh", fresh.ID}},
-		{"status=needs_review", []string{old.ID}},
-		{"version=v2", []string{"v2-fresh"}},
-		{"older_than=2h", []string{old.ID}},
-		{"newer_than=1h", []string{"v2-fresh", fresh.ID}},
+		{"", []string{v2, fr, o}},
+		{"tenant=acme", []string{o}},
+		{"tenant=globex&status=pending", []string{v2, fr}},
+		{"status=needs_review", []string{o}},
+		{"version=v2", []string{v2}},
+		{"older_than=2h", []string{o}},
+		{"newer_than=1h", []string{v2, fr}},
 		{"older_than=1d", nil},
-		{"tenant=&status=&version=&older_than=&newer_than=", []string{"v2-fresh", fresh.ID, old.ID}},
+		{"tenant=&status=&version=&older_than=&newer_than=", []string{v2, fr, o}},
 	} {
 		if got := ids(tc.query); !slices.Equal(got, tc.want) {
 			t.Errorf("%q: %v, want %v", tc.query, got, tc.want)
@@ -533,7 +536,7 @@ func TestAdminPageJobFilters(t *testing.T) {
 	// Every job in the list links to its story, and the filter form shows
 	// the filter given.
 	_, page := pageGet(t, e, "/admin?tenant=acme&status=needs_review")
-	if !strings.Contains(page, `<a href="/admin/jobs/`+old.ID+`">`) || !strings.Contains(page, `value="acme"`) ||
+	if !strings.Contains(page, `<a href="/admin/jobs/`+o+`">`) || !strings.Contains(page, `value="acme"`) ||
 		!strings.Contains(page, `<option value="needs_review" selected>`) {
 		t.Errorf("links or filter form missing:\n%s", page)
 	}

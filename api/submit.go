@@ -67,13 +67,15 @@ func (s *Server) submit(c echo.Context) error {
 	// each in its own savepoint), and returns only once this one is durable.
 	job, created, err := s.cfg.Store.CreateJob(r.Context(), nj)
 	if errors.Is(err, pipeline.ErrAlreadyExists) && req.InstanceID != nil {
-		return problem(http.StatusConflict, "instance_id_taken", "another job already uses this instance_id; choose another or leave it out")
+		// Only the caller's own jobs can take an id: ids are unique per
+		// tenant, so another tenant's use of it changes no answer here.
+		return problem(http.StatusConflict, "instance_id_taken", "another of your jobs already uses this instance_id; choose another or leave it out")
 	}
 	if err != nil {
 		return err
 	}
 	h := c.Response().Header()
-	h.Set(echo.HeaderLocation, jobPath(job.ID))
+	h.Set(echo.HeaderLocation, jobPath(job.InstanceID))
 	if created {
 		s.cfg.Metrics.submission("created")
 	} else {
@@ -222,7 +224,9 @@ func jsonProblem(err error) string {
 	return "malformed JSON"
 }
 
-// newJob decides the job's id, version and queue. The fingerprint covers
+// newJob decides the job's instance id (the caller's, or a new one), its
+// internal key (pipeline.JobKey: instance ids are unique per tenant only),
+// version and queue. The fingerprint covers
 // the operation, the canonical storyboard and the caller's instance_id (it
 // pins both the id and the version), so the same key with the same body but
 // another instance_id is a different request: 422.
@@ -247,15 +251,16 @@ func (s *Server) newJob(c echo.Context, tenant, key string, req submitRequest, s
 		nj.WebhookURL = *req.WebhookURL
 	}
 	if pinned != "" {
-		nj.ID = pinned
+		nj.InstanceID = pinned
 	} else {
 		id, err := s.cfg.Router.NewID(tenant, key, randomSuffix())
 		if err != nil {
 			return nj, err
 		}
-		nj.ID = id
+		nj.InstanceID = id
 	}
-	d := s.route(c.Request().Context(), nj.ID)
+	nj.ID = pipeline.JobKey(tenant, nj.InstanceID)
+	d := s.route(c.Request().Context(), nj.InstanceID)
 	nj.Version = d.Version
 	if d.DeadLetter {
 		// Accepted but never run here: the job is visible to its owner as

@@ -25,7 +25,7 @@ type Store interface {
 	KeyReferenced(ctx context.Context, key string) (bool, error)
 	BilledCallGroups(ctx context.Context) ([]pipeline.BilledCallGroup, error)
 	EachJob(ctx context.Context, fn func(pipeline.Job) error) error
-	EachAuditEvent(ctx context.Context, fn func(pipeline.Event) error) error
+	EachAuditEvent(ctx context.Context, fn func(pipeline.AuditEvent) error) error
 	WaivedCalls(ctx context.Context) (map[string]map[string]int, error)
 	UnkeptAnswers(ctx context.Context) ([]pipeline.ProviderCall, error)
 }
@@ -223,7 +223,9 @@ func (c *checker) jobs(ctx context.Context) error {
 		if !j.Status.Settled() && c.stuck(j) {
 			c.add(Violation{Invariant: 4, Kind: "not_settled", JobID: j.ID, Detail: fmt.Sprintf("status %s since %s", j.Status, j.StatusChangedAt.Format(time.RFC3339))})
 		}
-		id, perr := routing.ParseInstanceID(j.ID)
+		// The version comes from the instance id (the internal key only
+		// starts with it, and fails the grammar).
+		id, perr := routing.ParseInstanceID(j.InstanceID)
 		want := id.VersionOrDefault()
 		switch {
 		case perr != nil:
@@ -269,11 +271,11 @@ func (c *checker) history(ctx context.Context) error {
 		redriven bool
 		want     string // the version the current job's id prefix routes to
 	)
-	return c.cfg.Store.EachAuditEvent(ctx, func(e pipeline.Event) error {
+	return c.cfg.Store.EachAuditEvent(ctx, func(e pipeline.AuditEvent) error {
 		c.r.Events++
 		if e.JobID != curJob {
 			curJob, cur, redriven, want = e.JobID, "", false, ""
-			if id, perr := routing.ParseInstanceID(e.JobID); perr == nil {
+			if id, perr := routing.ParseInstanceID(e.InstanceID); perr == nil {
 				want = id.VersionOrDefault()
 			}
 		}

@@ -271,3 +271,42 @@ func TestUnprefixedIDRunsDefaultVersion(t *testing.T) {
 		t.Fatalf("violations %s", kinds(r))
 	}
 }
+
+// Jobs submitted since ids became unique per tenant have an internal key
+// (pipeline.JobKey) outside the instance-id grammar: the version checks
+// read the instance id. Two tenants' jobs with the same instance id that
+// ran its version are clean; one that ran another version is not.
+func TestJobKeysRouteByInstanceID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	runAs := func(tenant, instanceID, workflow string) {
+		t.Helper()
+		version := instanceID[:2]
+		if _, _, err := e.store.CreateJob(ctx, pipeline.NewJob{ID: pipeline.JobKey(tenant, instanceID), InstanceID: instanceID,
+			Tenant: tenant, Operation: "render_video", IdempotencyKey: "k", RequestFingerprint: "fp",
+			Version: version, Queue: routing.QueueName(version)}); err != nil {
+			t.Fatal(err)
+		}
+		cs, _, err := e.store.Fetch(ctx, &pipeline.FetchParams{Queue: routing.QueueName(version), Owner: "w", Max: 1, LeaseFor: time.Minute})
+		if err != nil || len(cs) != 1 || cs[0].Job.Tenant != tenant {
+			t.Fatalf("fetch: %v %v", cs, err)
+		}
+		if err := e.store.AppendEvent(ctx, cs[0].Lease, pipeline.EventStageStarted, map[string]any{"stage": pipeline.StagePrepare, "workflow": workflow}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.store.Finish(ctx, cs[0].Lease, pipeline.Outcome{Status: pipeline.StatusSucceeded}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runAs("alice", "v2-inv", "v2")
+	runAs("bob", "v2-inv", "v2")
+	if r := run(t, e, check.Config{RequireSettled: true}); !r.Clean() || r.Jobs != 2 {
+		t.Fatalf("violations %s (%d jobs)", kinds(r), r.Jobs)
+	}
+	runAs("carol", "v2-inv", "v1")
+	r := run(t, e, check.Config{RequireSettled: true})
+	if len(r.Violations) != 1 || r.Violations[0].JobID != pipeline.JobKey("carol", "v2-inv") {
+		t.Fatalf("violations %+v, want one for carol's job", r.Violations)
+	}
+}

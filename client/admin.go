@@ -41,7 +41,9 @@ const (
 )
 
 // Decide is POST /v1/admin/jobs/{id}/decision for a job in needs_review
-// (ErrInvalidTransition, or ErrJobTerminal, otherwise). reason, when not
+// (ErrInvalidTransition, or ErrJobTerminal, otherwise). id is the job's
+// internal key (AdminJob.JobID, DeadLetter.JobID), not the instance id its
+// tenant knows it by. reason, when not
 // empty, is sent as the decision's "reason" and recorded with it (the
 // job's Decision); an older server that does not record reasons refuses it
 // as an unknown field (ErrInvalid) rather than drop it.

@@ -29,25 +29,25 @@ func TestReviewAgainstTheAPI(t *testing.T) {
 		t.Fatalf("admin jobs: %+v %v", l, err)
 	}
 	a := l.Jobs[0]
-	if a.ID != j.ID || a.Tenant != "acme" || a.Status != pipeline.StatusNeedsReview || a.Error == nil || a.Error.Code != "provider_timeout" {
+	if a.InstanceID != j.ID || a.JobID != pipeline.JobKey("acme", j.ID) || a.ID != a.JobID || a.Tenant != "acme" || a.Status != pipeline.StatusNeedsReview || a.Error == nil || a.Error.Code != "provider_timeout" {
 		t.Fatalf("admin job %+v", a)
 	}
 	if _, err := s.client(t, tokAcme).AdminJobs(ctx, ListOptions{}); !errors.Is(err, ErrUnauthorized) {
 		t.Fatalf("tenant token on the admin API: %v", err)
 	}
 
-	got, err := adm.Decide(ctx, j.ID, DecisionRetry, "")
+	got, err := adm.Decide(ctx, a.JobID, DecisionRetry, "")
 	if err != nil || got.Status != pipeline.StatusPending || got.Tenant != "acme" {
 		t.Fatalf("retry: %+v %v", got, err)
 	}
-	_, err = adm.Decide(ctx, j.ID, DecisionFail, "")
+	_, err = adm.Decide(ctx, a.JobID, DecisionFail, "")
 	if !errors.Is(err, ErrInvalidTransition) || !errors.Is(err, ErrConflict) {
 		t.Fatalf("second decision: %v", err)
 	}
 	if _, err := adm.Decide(ctx, "v1-missing", DecisionFail, ""); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("missing job: %v", err)
 	}
-	if _, err := adm.Decide(ctx, j.ID, Decision("maybe"), ""); !errors.Is(err, ErrInvalid) {
+	if _, err := adm.Decide(ctx, a.JobID, Decision("maybe"), ""); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("bad decision: %v", err)
 	}
 	if l, err := adm.AdminJobs(ctx, ListOptions{}); err != nil || len(l.Jobs) != 0 {
@@ -56,8 +56,8 @@ func TestReviewAgainstTheAPI(t *testing.T) {
 
 	// The job's story: one attempt that stopped for review, and the
 	// operator's retry.
-	st, err := adm.JobStory(ctx, j.ID)
-	if err != nil || st.Job.ID != j.ID || st.Job.Tenant != "acme" || len(st.Attempts) != 1 ||
+	st, err := adm.JobStory(ctx, a.JobID)
+	if err != nil || st.Job.ID != a.JobID || st.Job.InstanceID != j.ID || st.Job.Tenant != "acme" || len(st.Attempts) != 1 ||
 		st.Attempts[0].Outcome != string(pipeline.StatusNeedsReview) || len(st.Decisions) != 1 || st.Decisions[0].Action != "retry" {
 		t.Fatalf("story: %+v %v", st, err)
 	}
@@ -118,7 +118,7 @@ func TestDeadLettersAgainstTheAPI(t *testing.T) {
 	}
 	adm := s.client(t, tokAdmin)
 	l, err := adm.DeadLetters(ctx, DeadLetterOptions{})
-	if err != nil || len(l.DeadLetters) != 1 || l.DeadLetters[0].JobID != "v3-unbound" || l.DeadLetters[0].Reason != "unbound_version" ||
+	if err != nil || len(l.DeadLetters) != 1 || l.DeadLetters[0].InstanceID != "v3-unbound" || l.DeadLetters[0].JobID != pipeline.JobKey("acme", "v3-unbound") || l.DeadLetters[0].Reason != "unbound_version" ||
 		l.DeadLetters[0].Bound {
 		t.Fatalf("dead letters %+v %v", l, err)
 	}

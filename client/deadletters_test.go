@@ -18,7 +18,7 @@ func TestDecisionReasonIsRecorded(t *testing.T) {
 	acme := s.client(t, tokAcme)
 	j := mustSubmit(t, acme, "k", board(1))
 	s.toReview(t, s.claim(t))
-	got, err := s.client(t, tokAdmin).Decide(ctx, j.ID, DecisionFail, "billed twice by the provider, refunded")
+	got, err := s.client(t, tokAdmin).Decide(ctx, pipeline.JobKey("acme", j.ID), DecisionFail, "billed twice by the provider, refunded")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestDiscardAndBulkAgainstTheAPI(t *testing.T) {
 		t.Fatalf("discard without a reason: %v", err)
 	}
 	d, err := adm.DiscardDeadLetter(ctx, first.ID, "customer withdrew the order")
-	if err != nil || d.JobID != "v3-a" || d.DiscardedAt == nil || d.DiscardReason != "customer withdrew the order" || d.DiscardedBy != "admin" {
+	if err != nil || d.InstanceID != "v3-a" || d.DiscardedAt == nil || d.DiscardReason != "customer withdrew the order" || d.DiscardedBy != "admin" {
 		t.Fatalf("discard: %+v %v", d, err)
 	}
 	_, err = adm.DiscardDeadLetter(ctx, first.ID, "again")
@@ -75,14 +75,14 @@ func TestDiscardAndBulkAgainstTheAPI(t *testing.T) {
 		t.Fatalf("redrive of unbound: %+v %v", r, err)
 	}
 	r, err = adm.DiscardDeadLetters(ctx, DeadLetterFilter{Version: "v3", Tenant: "globex"}, "v3 was never released", BulkOptions{DryRun: true})
-	if err != nil || !r.DryRun || r.Matched != 1 || r.Items[0].JobID != "v3-b" || r.Items[0].Outcome != "would_discard" {
+	if err != nil || !r.DryRun || r.Matched != 1 || r.Items[0].InstanceID != "v3-b" || r.Items[0].Outcome != "would_discard" {
 		t.Fatalf("dry run: %+v %v", r, err)
 	}
 	r, err = adm.DiscardDeadLetters(ctx, DeadLetterFilter{Version: "v3", OlderThan: "0s"}, "v3 was never released", BulkOptions{Limit: 1})
-	if err != nil || r.Matched != 1 || r.Done != 1 || !r.More || r.Items[0].JobID != "v3-b" || r.Items[0].Outcome != "discarded" {
+	if err != nil || r.Matched != 1 || r.Done != 1 || !r.More || r.Items[0].InstanceID != "v3-b" || r.Items[0].Outcome != "discarded" {
 		t.Fatalf("discard by filter: %+v %v", r, err)
 	}
-	if l, err := adm.DeadLetters(ctx, DeadLetterOptions{}); err != nil || len(l.DeadLetters) != 1 || l.DeadLetters[0].JobID != "v3-c" {
+	if l, err := adm.DeadLetters(ctx, DeadLetterOptions{}); err != nil || len(l.DeadLetters) != 1 || l.DeadLetters[0].InstanceID != "v3-c" {
 		t.Fatalf("open after: %+v %v", l, err)
 	}
 	req := s.requests("/v1/admin/dead-letters/discard")

@@ -76,7 +76,7 @@ func TestFollowResumesWithLastEventID(t *testing.T) {
 	c := s.client(t, tokAcme)
 	j := mustSubmit(t, c, "k", board(1))
 	s.runJob(t, []byte("mp4"))
-	want, err := s.store.Events(ctx, j.ID, 0, 0)
+	want, err := s.store.Events(ctx, pipeline.JobKey("acme", j.ID), 0, 0)
 	if err != nil || len(want) < 3 {
 		t.Fatalf("store events %v %v", want, err)
 	}

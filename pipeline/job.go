@@ -8,7 +8,12 @@ import (
 // Job is the persisted record that decides what happens (docs/design.md §1.2): a queue
 // message only wakes a worker, which then acts on this.
 type Job struct {
-	ID                 string
+	// ID is the internal job key (JobKey): what every other record and
+	// every operator tool refers to. Tenants never see it.
+	ID string
+	// InstanceID is the caller-visible id, unique per tenant: what the
+	// job's owner addresses it by, and what routing reads the version from.
+	InstanceID         string
 	Tenant             string
 	Operation          string
 	IdempotencyKey     string
@@ -113,6 +118,13 @@ type Event struct {
 	Detail     json.RawMessage
 }
 
+// AuditEvent is an event together with its job's instance id, for checks
+// that compare a job's history with the version its id routes to.
+type AuditEvent struct {
+	Event
+	InstanceID string
+}
+
 // Event kinds.
 const (
 	EventCreated         = "created"
@@ -151,9 +163,11 @@ type DeadLetter struct {
 	DiscardedAt   time.Time
 	DiscardedBy   string
 	DiscardReason string
-	// Tenant and Version are the job's, for filters.
-	Tenant  string
-	Version string
+	// Tenant, InstanceID and Version are the job's, for filters and for
+	// routing a redrive (the version is the instance id's prefix).
+	Tenant     string
+	InstanceID string
+	Version    string
 }
 
 // Settled reports whether the dead letter was redriven or discarded.

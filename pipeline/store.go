@@ -52,7 +52,13 @@ type ObjectLedger interface {
 
 // NewJob is a job as submitted.
 type NewJob struct {
-	ID                 string
+	// ID is the internal job key; the API sets it to JobKey(Tenant,
+	// InstanceID).
+	ID string
+	// InstanceID is the caller-visible id, unique per tenant. Empty means
+	// ID (WithDefaults): jobs created outside the API, by tests and bulk
+	// tools, are addressed by one id.
+	InstanceID         string
 	Tenant             string
 	Operation          string
 	IdempotencyKey     string
@@ -70,6 +76,15 @@ type NewJob struct {
 	// dead letter for the operator.
 	DeadLetterQueue string
 	WebhookURL      string
+}
+
+// WithDefaults returns nj with what it may leave out filled in: an empty
+// InstanceID is the ID.
+func (nj NewJob) WithDefaults() NewJob {
+	if nj.InstanceID == "" {
+		nj.InstanceID = nj.ID
+	}
+	return nj
 }
 
 // ListFilter selects jobs for ListJobs.
@@ -94,7 +109,10 @@ type ListFilter struct {
 // Cursor is an opaque position in a listing ordered by (created_at, id).
 type Cursor struct {
 	CreatedAtMS int64
-	ID          string
+	// ID is the last job's instance id in a tenant's listing (instance ids
+	// are unique per tenant, and the cursor goes back to that tenant), its
+	// internal key in an all-tenants listing.
+	ID string
 }
 
 // Claimed is a job a worker now holds a lease on.

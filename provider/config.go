@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,7 +14,8 @@ import (
 	"edgepipe/pipeline"
 )
 
-// Environment variables read by ConfigFromEnv.
+// The settings (environment variables) of BaseURL and Timeout; internal/app
+// reads them, and errors name them.
 const (
 	EnvURL     = "EDGEPIPE_PROVIDER_URL"     // base URL of the provider API, e.g. http://127.0.0.1:8081
 	EnvTimeout = "EDGEPIPE_PROVIDER_TIMEOUT" // Go duration bounding one call, e.g. 60s
@@ -109,12 +111,8 @@ func parseBaseURL(raw string) (*url.URL, error) {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.Name == "" {
-		c.Name = DefaultName
-	}
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.Name = cmp.Or(c.Name, DefaultName)
 	models := maps.Clone(DefaultModels)
 	for op, m := range c.Models {
 		if m != "" {
@@ -129,18 +127,4 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
-}
-
-// ConfigFromEnv builds a Config from EnvURL and EnvTimeout, read through
-// getenv (pass os.Getenv). It does not validate BaseURL; New does.
-func ConfigFromEnv(getenv func(string) string) (Config, error) {
-	c := Config{BaseURL: strings.TrimSpace(getenv(EnvURL))}
-	if v := strings.TrimSpace(getenv(EnvTimeout)); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return Config{}, fmt.Errorf("%w: %s=%q is not a positive duration (e.g. 60s)", pipeline.ErrInvalidInput, EnvTimeout, v)
-		}
-		c.Timeout = d
-	}
-	return c, nil
 }

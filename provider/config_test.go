@@ -83,22 +83,3 @@ func TestNewDefaults(t *testing.T) {
 		t.Error("New modified DefaultModels")
 	}
 }
-
-func TestConfigFromEnv(t *testing.T) {
-	t.Parallel()
-	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-	c, err := provider.ConfigFromEnv(env(map[string]string{provider.EnvURL: " http://h:1 ", provider.EnvTimeout: "90s"}))
-	if err != nil || c.BaseURL != "http://h:1" || c.Timeout != 90*time.Second {
-		t.Fatalf("ConfigFromEnv = %+v, %v", c, err)
-	}
-	c, err = provider.ConfigFromEnv(env(nil))
-	if err != nil || c.Timeout != 0 || c.BaseURL != "" {
-		t.Fatalf("unset: %+v, %v", c, err)
-	}
-	for _, bad := range []string{"soon", "-1s", "0"} {
-		_, err := provider.ConfigFromEnv(env(map[string]string{provider.EnvTimeout: bad}))
-		if err == nil || !strings.Contains(err.Error(), provider.EnvTimeout) || !errors.Is(err, pipeline.ErrInvalidInput) {
-			t.Errorf("timeout %q: err = %v", bad, err)
-		}
-	}
-}

@@ -8,7 +8,8 @@ import (
 	"edgepipe/pipeline"
 )
 
-// Environment variables that choose a provider per operation.
+// The settings (environment variables) that choose a provider per operation
+// (RoutingConfig); internal/app reads them.
 const (
 	EnvProvider       = "EDGEPIPE_PROVIDER"        // every operation: fake (default), workers-ai, replicate
 	EnvProviderImage  = "EDGEPIPE_PROVIDER_IMAGE"  // overrides EnvProvider for images
@@ -32,13 +33,22 @@ var RoutedOps = []string{pipeline.OpImage, pipeline.OpSpeech, pipeline.OpVideoSu
 // Routing is the provider kind of each of RoutedOps.
 type Routing map[string]string
 
-// RoutingFromEnv reads EDGEPIPE_PROVIDER and its per-operation overrides.
-// Unset means KindFake. Workers AI as the explicit video provider is refused
-// (it has no text-to-video model); as the default of all operations it is
-// accepted and its video contract fails closed.
-func RoutingFromEnv(getenv func(string) string) (Routing, error) {
-	kind := func(env, def string) (string, error) {
-		v := strings.ToLower(strings.TrimSpace(getenv(env)))
+// RoutingConfig names the provider kind of every operation (All, set by
+// EnvProvider) and of each one (Image, Speech, Video: EnvProviderImage, ...,
+// overriding All). Empty means KindFake for All and All for the others;
+// kinds are matched without case or surrounding space. internal/app reads
+// it from the environment.
+type RoutingConfig struct {
+	All, Image, Speech, Video string
+}
+
+// Routing validates c and resolves every operation's kind. Workers AI as the
+// explicit video provider is refused (it has no text-to-video model); as the
+// default of all operations it is accepted and its video contract fails
+// closed. Errors wrap pipeline.ErrInvalidInput and name the setting.
+func (c RoutingConfig) Routing() (Routing, error) {
+	kind := func(env, raw, def string) (string, error) {
+		v := strings.ToLower(strings.TrimSpace(raw))
 		if v == "" {
 			return def, nil
 		}
@@ -49,17 +59,21 @@ func RoutingFromEnv(getenv func(string) string) (Routing, error) {
 		}
 		return "", fmt.Errorf("%w: %s must be one of %s, got %q", pipeline.ErrInvalidInput, env, strings.Join(Kinds, ", "), v)
 	}
-	all, err := kind(EnvProvider, KindFake)
+	all, err := kind(EnvProvider, c.All, KindFake)
 	if err != nil {
 		return nil, err
 	}
 	r := Routing{}
-	for op, env := range map[string]string{pipeline.OpImage: EnvProviderImage, pipeline.OpSpeech: EnvProviderSpeech, pipeline.OpVideoSubmit: EnvProviderVideo} {
-		if r[op], err = kind(env, all); err != nil {
+	for _, o := range []struct{ op, env, raw string }{
+		{pipeline.OpImage, EnvProviderImage, c.Image},
+		{pipeline.OpSpeech, EnvProviderSpeech, c.Speech},
+		{pipeline.OpVideoSubmit, EnvProviderVideo, c.Video},
+	} {
+		if r[o.op], err = kind(o.env, o.raw, all); err != nil {
 			return nil, err
 		}
 	}
-	if strings.TrimSpace(getenv(EnvProviderVideo)) != "" && r[pipeline.OpVideoSubmit] == KindWorkersAI {
+	if strings.TrimSpace(c.Video) != "" && r[pipeline.OpVideoSubmit] == KindWorkersAI {
 		return nil, fmt.Errorf("%w: %s=workers-ai: Workers AI has no text-to-video model; use replicate or fake", pipeline.ErrInvalidInput, EnvProviderVideo)
 	}
 	return r, nil

@@ -82,7 +82,7 @@ func TestRoutedSendsEachOperationToItsProvider(t *testing.T) {
 	}
 }
 
-func TestRoutingFromEnv(t *testing.T) {
+func TestRoutingConfig(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		env                map[string]string
@@ -98,7 +98,8 @@ func TestRoutingFromEnv(t *testing.T) {
 		{env: map[string]string{"EDGEPIPE_PROVIDER_SPEECH": "x"}, wantErr: "EDGEPIPE_PROVIDER_SPEECH"},
 		{env: map[string]string{"EDGEPIPE_PROVIDER_VIDEO": "workers-ai"}, wantErr: "no text-to-video model"},
 	} {
-		r, err := provider.RoutingFromEnv(func(k string) string { return tc.env[k] })
+		r, err := provider.RoutingConfig{All: tc.env["EDGEPIPE_PROVIDER"], Image: tc.env["EDGEPIPE_PROVIDER_IMAGE"],
+			Speech: tc.env["EDGEPIPE_PROVIDER_SPEECH"], Video: tc.env["EDGEPIPE_PROVIDER_VIDEO"]}.Routing()
 		if tc.wantErr != "" {
 			if !errors.Is(err, pipeline.ErrInvalidInput) || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("%v: err = %v, want %q", tc.env, err, tc.wantErr)

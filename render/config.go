@@ -1,6 +1,7 @@
 package render
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,8 +12,9 @@ import (
 	"edgepipe/pipeline"
 )
 
-// Environment variables read by ConfigFromEnv. They are named in the startup
-// error when a binary is missing.
+// The settings (environment variables) that set FFmpegPath, FFprobePath and
+// Preset; internal/app reads them. They are named in the startup error when a
+// binary is missing.
 const (
 	EnvFFmpeg  = "EDGEPIPE_FFMPEG"
 	EnvFFprobe = "EDGEPIPE_FFPROBE"
@@ -92,58 +94,23 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// ConfigFromEnv returns a Config with FFmpegPath, FFprobePath and Preset taken
-// from EDGEPIPE_FFMPEG, EDGEPIPE_FFPROBE and EDGEPIPE_RENDER_PRESET when set.
-// getenv is usually os.Getenv.
-func ConfigFromEnv(getenv func(string) string) Config {
-	return Config{
-		FFmpegPath:  getenv(EnvFFmpeg),
-		FFprobePath: getenv(EnvFFprobe),
-		Preset:      getenv(EnvPreset),
-	}
-}
-
 // WithDefaults returns c with every unset field set to its default.
 func (c Config) WithDefaults() Config {
-	if c.FFmpegPath == "" {
-		c.FFmpegPath = DefaultFFmpegPath
-	}
-	if c.FFprobePath == "" {
-		c.FFprobePath = DefaultFFprobePath
-	}
+	c.FFmpegPath = cmp.Or(c.FFmpegPath, DefaultFFmpegPath)
+	c.FFprobePath = cmp.Or(c.FFprobePath, DefaultFFprobePath)
 	if c.Width == 0 && c.Height == 0 {
 		c.Width, c.Height = DefaultWidth, DefaultHeight
 	}
-	if c.FPS == 0 {
-		c.FPS = DefaultFPS
-	}
-	if c.SampleRate == 0 {
-		c.SampleRate = DefaultSampleRate
-	}
-	if c.Preset == "" {
-		c.Preset = DefaultPreset
-	}
-	if c.CRF == 0 {
-		c.CRF = DefaultCRF
-	}
-	if c.AudioBitrate == 0 {
-		c.AudioBitrate = DefaultAudioBitrate
-	}
-	if c.GOPSeconds == 0 {
-		c.GOPSeconds = DefaultGOPSeconds
-	}
-	if c.MaxSceneDuration == 0 {
-		c.MaxSceneDuration = DefaultMaxSceneDuration
-	}
-	if c.TempDir == "" {
-		c.TempDir = os.TempDir()
-	}
-	if c.StderrLimit == 0 {
-		c.StderrLimit = DefaultStderrLimit
-	}
-	if c.ProbeConcurrency == 0 {
-		c.ProbeConcurrency = DefaultProbeConcurrency
-	}
+	c.FPS = cmp.Or(c.FPS, DefaultFPS)
+	c.SampleRate = cmp.Or(c.SampleRate, DefaultSampleRate)
+	c.Preset = cmp.Or(c.Preset, DefaultPreset)
+	c.CRF = cmp.Or(c.CRF, DefaultCRF)
+	c.AudioBitrate = cmp.Or(c.AudioBitrate, DefaultAudioBitrate)
+	c.GOPSeconds = cmp.Or(c.GOPSeconds, DefaultGOPSeconds)
+	c.MaxSceneDuration = cmp.Or(c.MaxSceneDuration, DefaultMaxSceneDuration)
+	c.TempDir = cmp.Or(c.TempDir, os.TempDir())
+	c.StderrLimit = cmp.Or(c.StderrLimit, DefaultStderrLimit)
+	c.ProbeConcurrency = cmp.Or(c.ProbeConcurrency, DefaultProbeConcurrency)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

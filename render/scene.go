@@ -88,18 +88,11 @@ func (r *Renderer) makeClip(ctx context.Context, op string, visualInput []string
 		"-protocol_whitelist", "file", "-y"}
 	args = append(args, visualInput...)
 
-	var audioFilter string
 	if audioPath != "" {
 		redact = append(redact, pathRedactions(audioPath, "<audio>")...)
 		args = append(args, "-vn", "-i", fileURL(audioPath))
-		// aresample converts rate and channel layout; apad makes it endless
-		// and atrim cuts it at exactly the clip's sample count.
-		audioFilter = fmt.Sprintf("[1:a:0]asetpts=PTS-STARTPTS,aresample=%d,aformat=sample_fmts=s16:channel_layouts=stereo,apad,atrim=end_sample=%d[a]",
-			c.SampleRate, samples)
-	} else {
-		audioFilter = fmt.Sprintf("anullsrc=r=%d:cl=stereo,atrim=end_sample=%d,aformat=sample_fmts=s16:channel_layouts=stereo[a]",
-			c.SampleRate, samples)
 	}
+	audioFilter := c.audioFilter(audioPath != "", samples)
 
 	var cleanup []string
 	defer func() {
@@ -109,50 +102,26 @@ func (r *Renderer) makeClip(ctx context.Context, op string, visualInput []string
 	}()
 	subInput := -1
 	if cues := captionCues(caption, clipMs); len(cues) > 0 {
-		f, err := os.CreateTemp(c.TempDir, "edgepipe-caption-*.srt")
+		name, err := writeCaptions(c.TempDir, cues)
+		if name != "" {
+			cleanup = append(cleanup, name)
+		}
 		if err != nil {
 			return fmt.Errorf("render: %s: caption file: %w", op, err)
 		}
-		cleanup = append(cleanup, f.Name())
-		_, werr := f.WriteString(srt(cues))
-		if cerr := f.Close(); werr == nil {
-			werr = cerr
-		}
-		if werr != nil {
-			return fmt.Errorf("render: %s: caption file: %w", op, werr)
-		}
-		redact = append(redact, pathRedactions(f.Name(), "<captions>")...)
+		redact = append(redact, pathRedactions(name, "<captions>")...)
 		subInput = 1
 		if audioPath != "" {
 			subInput = 2
 		}
-		args = append(args, "-f", "srt", "-i", fileURL(f.Name()))
+		args = append(args, "-f", "srt", "-i", fileURL(name))
 	}
 
-	// Same picture pipeline for images and videos, so both kinds of clip get
-	// identical codec parameters: fit inside the frame, convert to BT.709
-	// limited-range 4:2:0 in the scaler, centre on black, square pixels,
-	// constant frame rate, exact frame count.
-	videoFilter := fmt.Sprintf("[0:v:0]%sscale=%d:%d:force_original_aspect_ratio=decrease:out_color_matrix=bt709:out_range=tv,format=yuv420p,"+
-		"pad=%d:%d:(ow-iw)/2:(oh-ih)/2:color=black,setsar=1,%strim=end_frame=%d,setpts=N/%d/TB[v]",
-		pre, c.Width, c.Height, c.Width, c.Height, post, frames, c.FPS)
-
-	args = append(args, "-filter_complex", videoFilter+";"+audioFilter, "-map", "[v]", "-map", "[a]")
+	args = append(args, "-filter_complex", c.videoFilter(pre, post, frames)+";"+audioFilter, "-map", "[v]", "-map", "[a]")
 	if subInput >= 0 {
 		args = append(args, "-map", strconv.Itoa(subInput)+":s:0", "-c:s", "mov_text")
 	}
-	args = append(args,
-		// Identical x264 settings for every clip: Join copies the first clip's
-		// SPS/PPS for all of them. No B-frames, so pts == dts and clips
-		// concatenate without composition offsets; a keyframe every
-		// GOPSeconds (scene cuts off) bounds the render's fragments.
-		"-c:v", "libx264", "-preset", c.Preset, "-crf", strconv.Itoa(c.CRF),
-		"-bf", "0", "-g", c.gop(), "-sc_threshold", "0",
-		"-pix_fmt", "yuv420p", "-colorspace", "bt709", "-color_primaries", "bt709",
-		"-color_trc", "bt709", "-color_range", "tv", "-r", strconv.Itoa(c.FPS),
-		"-c:a", "pcm_s16le", "-ar", strconv.Itoa(c.SampleRate), "-ac", "2",
-		"-map_metadata", "-1", "-map_chapters", "-1",
-		"-f", "mov")
+	args = append(args, c.clipCodecArgs()...)
 
 	tmp, err := reserveTemp(outPath)
 	if err != nil {
@@ -173,6 +142,60 @@ func (r *Renderer) makeClip(ctx context.Context, op string, visualInput []string
 	r.log.Debug("render: clip ready", "op", op, "frames", frames, "duration_ms", clipMs,
 		"requested_ms", durationMs, "captions", subInput >= 0, "took", time.Since(start))
 	return nil
+}
+
+// audioFilter makes the clip's audio track of exactly samples samples: the
+// narration (input 1) when there is one, silence otherwise.
+func (c Config) audioFilter(narrated bool, samples int64) string {
+	if narrated {
+		// aresample converts rate and channel layout; apad makes it endless
+		// and atrim cuts it at exactly the clip's sample count.
+		return fmt.Sprintf("[1:a:0]asetpts=PTS-STARTPTS,aresample=%d,aformat=sample_fmts=s16:channel_layouts=stereo,apad,atrim=end_sample=%d[a]",
+			c.SampleRate, samples)
+	}
+	return fmt.Sprintf("anullsrc=r=%d:cl=stereo,atrim=end_sample=%d,aformat=sample_fmts=s16:channel_layouts=stereo[a]",
+		c.SampleRate, samples)
+}
+
+// videoFilter is the same picture pipeline for images and videos, so both
+// kinds of clip get identical codec parameters: fit inside the frame,
+// convert to BT.709 limited-range 4:2:0 in the scaler, centre on black,
+// square pixels, constant frame rate, exact frame count.
+func (c Config) videoFilter(pre, post string, frames int) string {
+	return fmt.Sprintf("[0:v:0]%sscale=%d:%d:force_original_aspect_ratio=decrease:out_color_matrix=bt709:out_range=tv,format=yuv420p,"+
+		"pad=%d:%d:(ow-iw)/2:(oh-ih)/2:color=black,setsar=1,%strim=end_frame=%d,setpts=N/%d/TB[v]",
+		pre, c.Width, c.Height, c.Width, c.Height, post, frames, c.FPS)
+}
+
+// clipCodecArgs are the encoder settings of every clip. They are identical
+// for every clip: Join copies the first clip's SPS/PPS for all of them. No
+// B-frames, so pts == dts and clips concatenate without composition
+// offsets; a keyframe every GOPSeconds (scene cuts off) bounds the render's
+// fragments.
+func (c Config) clipCodecArgs() []string {
+	return []string{
+		"-c:v", "libx264", "-preset", c.Preset, "-crf", strconv.Itoa(c.CRF),
+		"-bf", "0", "-g", c.gop(), "-sc_threshold", "0",
+		"-pix_fmt", "yuv420p", "-colorspace", "bt709", "-color_primaries", "bt709",
+		"-color_trc", "bt709", "-color_range", "tv", "-r", strconv.Itoa(c.FPS),
+		"-c:a", "pcm_s16le", "-ar", strconv.Itoa(c.SampleRate), "-ac", "2",
+		"-map_metadata", "-1", "-map_chapters", "-1",
+		"-f", "mov",
+	}
+}
+
+// writeCaptions writes cues as an SRT file in dir. The file's name is
+// returned even with an error, so the caller removes it.
+func writeCaptions(dir string, cues []cue) (string, error) {
+	f, err := os.CreateTemp(dir, "edgepipe-caption-*.srt")
+	if err != nil {
+		return "", err
+	}
+	_, werr := f.WriteString(srt(cues))
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	return f.Name(), werr
 }
 
 // reserveTemp creates an empty file next to outPath for ffmpeg to overwrite,

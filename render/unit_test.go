@@ -64,19 +64,6 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 	}
 }
 
-func TestConfigFromEnv(t *testing.T) {
-	t.Parallel()
-	env := map[string]string{EnvFFmpeg: "/opt/ff/ffmpeg", EnvFFprobe: "/opt/ff/ffprobe", EnvPreset: "fast"}
-	c := ConfigFromEnv(func(k string) string { return env[k] }).WithDefaults()
-	if c.FFmpegPath != "/opt/ff/ffmpeg" || c.FFprobePath != "/opt/ff/ffprobe" || c.Preset != "fast" {
-		t.Fatalf("env not applied: %+v", c)
-	}
-	c = ConfigFromEnv(func(string) string { return "" }).WithDefaults()
-	if c.FFmpegPath != "ffmpeg" || c.Preset != DefaultPreset {
-		t.Fatalf("empty env should give defaults: %+v", c)
-	}
-}
-
 func TestNewMissingBinary(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

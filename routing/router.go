@@ -3,7 +3,6 @@ package routing
 import (
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 
 	"edgepipe/pipeline"
@@ -17,24 +16,6 @@ type Config struct {
 	// Bindings are the versions this deployment serves. Zero means
 	// DefaultBindings.
 	Bindings Bindings
-}
-
-// ConfigFromEnv reads WORKFLOW_V2_ROLLOUT_PERCENT and EDGEPIPE_BINDINGS
-// through getenv (nil means os.Getenv) and validates the result.
-func ConfigFromEnv(getenv func(string) string) (Config, error) {
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	pct, err := ParseRolloutPercent(getenv(EnvRolloutPercent))
-	if err != nil {
-		return Config{}, err
-	}
-	b, err := ParseBindings(getenv(EnvBindings))
-	if err != nil {
-		return Config{}, err
-	}
-	cfg := Config{RolloutPercent: pct, Bindings: b}
-	return cfg, cfg.Validate()
 }
 
 func (c Config) withDefaults() Config {

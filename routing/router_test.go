@@ -238,6 +238,8 @@ func TestConfigWarnings(t *testing.T) {
 	}{
 		{0, "", nil},
 		{37, "v1,v2", nil},
+		{0, "v1", nil}, // no new id is v2
+		{1, "v1", []string{"does not bind v2"}},
 		{100, "v1", []string{"does not bind v2"}},
 		{50, "v2", []string{"does not bind v1"}},
 		{0, "v2", []string{"does not bind v1"}},
@@ -285,32 +287,5 @@ func TestRouteLive(t *testing.T) {
 		if d.DeadLetter && d.Reason != pipeline.ReasonUnboundVersion {
 			t.Errorf("RouteLive(%s, %v) reason %q, want unbound_version", tt.id, tt.live, d.Reason)
 		}
-	}
-}
-
-func TestConfigFromEnv(t *testing.T) {
-	t.Parallel()
-	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-	cfg, err := ConfigFromEnv(env(nil))
-	if err != nil || cfg.RolloutPercent != 0 || cfg.Bindings.String() != "v1,v2" {
-		t.Errorf("empty env: %+v, %v", cfg, err)
-	}
-	cfg, err = ConfigFromEnv(env(map[string]string{EnvRolloutPercent: "37", EnvBindings: "v2,v1"}))
-	if err != nil || cfg.RolloutPercent != 37 || cfg.Bindings.String() != "v1,v2" {
-		t.Errorf("37/v2,v1: %+v, %v", cfg, err)
-	}
-	for _, m := range []map[string]string{
-		{EnvRolloutPercent: "abc"},
-		{EnvBindings: "x"},
-		{EnvRolloutPercent: "101"},
-	} {
-		if _, err := ConfigFromEnv(env(m)); !errors.Is(err, pipeline.ErrInvalidInput) {
-			t.Errorf("ConfigFromEnv(%v) = %v, want ErrInvalidInput", m, err)
-		}
-	}
-	// A rollout to a version this process does not bind starts, warned.
-	cfg, err = ConfigFromEnv(env(map[string]string{EnvRolloutPercent: "100", EnvBindings: "v1"}))
-	if err != nil || len(cfg.Warnings()) != 1 {
-		t.Errorf("100/v1: %+v, %v, warnings %q; want it to start with one warning", cfg, err, cfg.Warnings())
 	}
 }

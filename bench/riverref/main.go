@@ -229,19 +229,11 @@ func Run(ctx context.Context, cfg *Config) (res *Result, err error) {
 		}
 	}
 
-	path := cfg.DBPath
-	if path == "" {
-		dir, err := os.MkdirTemp("", "riverref-*")
-		if err != nil {
-			return nil, fmt.Errorf("temp dir: %w", err)
-		}
-		defer os.RemoveAll(dir)
-		path = filepath.Join(dir, "river.sqlite3")
-	} else if _, err := os.Stat(path); err == nil {
-		// A reused file would carry old jobs and a grown WAL, so the numbers
-		// would not be comparable; refuse rather than delete someone's file.
-		return nil, fmt.Errorf("db %s already exists; give a new path", path)
+	path, removeDir, err := benchDBPath(cfg.DBPath)
+	if err != nil {
+		return nil, err
 	}
+	defer removeDir()
 
 	db, err := openDB(path, cfg.StmtCache)
 	if err != nil {
@@ -254,37 +246,12 @@ func Run(ctx context.Context, cfg *Config) (res *Result, err error) {
 	}()
 
 	res = &Result{Jobs: cfg.Jobs}
-	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&res.JournalMode); err != nil {
-		return nil, fmt.Errorf("read journal_mode: %w", err)
+	if res.JournalMode, res.Synchronous, err = checkPragmas(ctx, db); err != nil {
+		return nil, err
 	}
-	if err := db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&res.Synchronous); err != nil {
-		return nil, fmt.Errorf("read synchronous: %w", err)
-	}
-	if res.JournalMode != "wal" || res.Synchronous != 1 {
-		return nil, fmt.Errorf("pragmas not applied: journal_mode=%s synchronous=%d", res.JournalMode, res.Synchronous)
-	}
-
-	driver := riversqlite.New(db)
-	migrator, err := rivermigrate.New(driver, &rivermigrate.Config{Logger: cfg.Logger})
+	client, err := newRiverClient(ctx, db, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("new migrator: %w", err)
-	}
-	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return nil, fmt.Errorf("migrate: %w", err)
-	}
-
-	workers := river.NewWorkers()
-	river.AddWorker(workers, &noopWorker{})
-	client, err := river.NewClient(driver, &river.Config{
-		FetchCooldown:     cfg.FetchCooldown,
-		FetchPollInterval: cfg.FetchPollInterval,
-		Logger:            cfg.Logger,
-		PollOnly:          cfg.PollOnly,
-		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
-		Workers:           workers,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("new client: %w", err)
+		return nil, err
 	}
 
 	// Subscribe before Start so no completion can be missed; the channel holds
@@ -295,19 +262,9 @@ func Run(ctx context.Context, cfg *Config) (res *Result, err error) {
 	})
 	defer unsubscribe()
 
-	params := make([]river.InsertManyParams, 0, cfg.InsertBatch)
-	insertStart := time.Now()
-	for inserted := 0; inserted < cfg.Jobs; {
-		params = params[:0]
-		for i := 0; i < cfg.InsertBatch && inserted+i < cfg.Jobs; i++ {
-			params = append(params, river.InsertManyParams{Args: noopArgs{Num: inserted + i}})
-		}
-		if _, err := client.InsertMany(ctx, params); err != nil {
-			return nil, fmt.Errorf("insert many: %w", err)
-		}
-		inserted += len(params)
+	if res.Insert, err = insertJobs(ctx, client, cfg.Jobs, cfg.InsertBatch); err != nil {
+		return nil, err
 	}
-	res.Insert = time.Since(insertStart)
 
 	if err := client.Start(ctx); err != nil {
 		return nil, fmt.Errorf("start client: %w", err)
@@ -321,28 +278,14 @@ func Run(ctx context.Context, cfg *Config) (res *Result, err error) {
 			err = fmt.Errorf("stop client: %w", serr)
 		}
 	}()
-
-	// Distinct IDs rather than a counter, so a duplicated event could never
-	// stop the clock early.
-	seen := make(map[int64]struct{}, cfg.Jobs)
-	for len(seen) < cfg.Jobs {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("burn-down stalled after %d of %d jobs: %w", len(seen), cfg.Jobs, ctx.Err())
-		case ev, ok := <-events:
-			if !ok {
-				return nil, fmt.Errorf("subscription closed after %d of %d jobs", len(seen), cfg.Jobs)
-			}
-			if ev.Kind != river.EventKindJobCompleted {
-				return nil, fmt.Errorf("job %d ended as %s, want completed", ev.Job.ID, ev.Kind)
-			}
-			seen[ev.Job.ID] = struct{}{}
-		}
+	observed, err := awaitCompleted(ctx, events, cfg.Jobs)
+	if err != nil {
+		return nil, err
 	}
 	res.BurnDown = time.Since(burnStart)
 	snapAfter, errAfter := takeCPUSnapshot()
 	res.OthersCores = othersCores(snapBefore, snapAfter, errBefore, errAfter)
-	res.Observed = len(seen)
+	res.Observed = observed
 
 	var n int
 	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM river_job WHERE state = 'completed'").Scan(&n); err != nil {
@@ -353,4 +296,104 @@ func Run(ctx context.Context, cfg *Config) (res *Result, err error) {
 		return nil, fmt.Errorf("%d jobs completed in the database, want %d", n, cfg.Jobs)
 	}
 	return res, nil
+}
+
+// benchDBPath is the database file of a run: path when given (it must not
+// exist), else a file in a new temporary directory that remove deletes.
+func benchDBPath(path string) (string, func(), error) {
+	if path != "" {
+		if _, err := os.Stat(path); err == nil {
+			// A reused file would carry old jobs and a grown WAL, so the numbers
+			// would not be comparable; refuse rather than delete someone's file.
+			return "", nil, fmt.Errorf("db %s already exists; give a new path", path)
+		}
+		return path, func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "riverref-*")
+	if err != nil {
+		return "", nil, fmt.Errorf("temp dir: %w", err)
+	}
+	return filepath.Join(dir, "river.sqlite3"), func() { os.RemoveAll(dir) }, nil
+}
+
+// checkPragmas reads back the pragmas openDB asked for and refuses a
+// connection without them.
+func checkPragmas(ctx context.Context, db *sql.DB) (journalMode string, synchronous int, err error) {
+	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&journalMode); err != nil {
+		return "", 0, fmt.Errorf("read journal_mode: %w", err)
+	}
+	if err := db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&synchronous); err != nil {
+		return "", 0, fmt.Errorf("read synchronous: %w", err)
+	}
+	if journalMode != "wal" || synchronous != 1 {
+		return "", 0, fmt.Errorf("pragmas not applied: journal_mode=%s synchronous=%d", journalMode, synchronous)
+	}
+	return journalMode, synchronous, nil
+}
+
+// newRiverClient migrates River's schema into db and makes a client with
+// the no-op worker.
+func newRiverClient(ctx context.Context, db *sql.DB, cfg *Config) (*river.Client[*sql.Tx], error) {
+	driver := riversqlite.New(db)
+	migrator, err := rivermigrate.New(driver, &rivermigrate.Config{Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("new migrator: %w", err)
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &noopWorker{})
+	client, err := river.NewClient(driver, &river.Config{
+		FetchCooldown:     cfg.FetchCooldown,
+		FetchPollInterval: cfg.FetchPollInterval,
+		Logger:            cfg.Logger,
+		PollOnly:          cfg.PollOnly,
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
+		Workers:           workers,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("new client: %w", err)
+	}
+	return client, nil
+}
+
+// insertJobs inserts jobs no-op jobs in batches of batch and returns how
+// long that took.
+func insertJobs(ctx context.Context, client *river.Client[*sql.Tx], jobs, batch int) (time.Duration, error) {
+	params := make([]river.InsertManyParams, 0, batch)
+	start := time.Now()
+	for inserted := 0; inserted < jobs; {
+		params = params[:0]
+		for i := 0; i < batch && inserted+i < jobs; i++ {
+			params = append(params, river.InsertManyParams{Args: noopArgs{Num: inserted + i}})
+		}
+		if _, err := client.InsertMany(ctx, params); err != nil {
+			return 0, fmt.Errorf("insert many: %w", err)
+		}
+		inserted += len(params)
+	}
+	return time.Since(start), nil
+}
+
+// awaitCompleted waits for jobs distinct jobs to complete. Distinct IDs
+// rather than a counter, so a duplicated event could never stop the clock
+// early.
+func awaitCompleted(ctx context.Context, events <-chan *river.Event, jobs int) (int, error) {
+	seen := make(map[int64]struct{}, jobs)
+	for len(seen) < jobs {
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("burn-down stalled after %d of %d jobs: %w", len(seen), jobs, ctx.Err())
+		case ev, ok := <-events:
+			if !ok {
+				return 0, fmt.Errorf("subscription closed after %d of %d jobs", len(seen), jobs)
+			}
+			if ev.Kind != river.EventKindJobCompleted {
+				return 0, fmt.Errorf("job %d ended as %s, want completed", ev.Job.ID, ev.Kind)
+			}
+			seen[ev.Job.ID] = struct{}{}
+		}
+	}
+	return len(seen), nil
 }

@@ -96,9 +96,11 @@ func benchUpload(ctx context.Context, args []string) error {
 			}
 			_ = st.Delete(ctx, key)
 		case "minio-go":
-			g := cfg.Getenv
-			ep := g("EDGEPIPE_S3_ENDPOINT")
-			if r, err = s3.BenchMinioGo(ctx, ep, g("EDGEPIPE_S3_ACCESS_KEY"), g("EDGEPIPE_S3_SECRET_KEY"), g("EDGEPIPE_S3_BUCKET"), key, *mib, 16); err != nil {
+			sc, err := cfg.S3Settings(log)
+			if err != nil {
+				return err
+			}
+			if r, err = s3.BenchMinioGo(ctx, sc.Endpoint, sc.AccessKey, sc.SecretKey, sc.Bucket, key, *mib, 16); err != nil {
 				return err
 			}
 		default:

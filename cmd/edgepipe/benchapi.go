@@ -45,29 +45,11 @@ func benchAPI(ctx context.Context, args []string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	log := slog.New(slog.DiscardHandler)
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "edgepipe.db")})
+	st, realURL, stopReal, err := benchAPIServer(ctx, dir)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	objs, err := fs.New(ctx, fs.Config{Root: filepath.Join(dir, "objects")})
-	if err != nil {
-		return err
-	}
-	router, err := routing.NewRouter(routing.Config{})
-	if err != nil {
-		return err
-	}
-	const token = "bench-token-0123456789"
-	srv, err := api.New(api.Config{Store: st, Objects: objs, Router: router, Tokens: map[string]string{token: "bench"}, Logger: log})
-	if err != nil {
-		return err
-	}
-	realURL, stopReal, err := serveLoopback(srv.Handler())
-	if err != nil {
-		return err
-	}
 	defer stopReal()
 	bareURL, stopBare, err := serveLoopback(api.BareHandler())
 	if err != nil {
@@ -75,40 +57,7 @@ func benchAPI(ctx context.Context, args []string) error {
 	}
 	defer stopBare()
 
-	type result struct {
-		rps, accepted float64
-		n202, non202  int
-		p50, p99      string
-	}
-	runWrk := func(url string) (result, error) {
-		cmd := exec.CommandContext(ctx, "wrk", "-t"+strconv.Itoa(*threads), "-c"+strconv.Itoa(*conns),
-			"-d"+dur.String(), "--latency", "-s", *script, url)
-		cmd.Env = append(os.Environ(), "EDGEPIPE_TOKEN="+token)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return result{}, fmt.Errorf("wrk: %v: %s", err, out)
-		}
-		var r result
-		text := string(out)
-		if m := regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`).FindStringSubmatch(text); m != nil {
-			r.rps, _ = strconv.ParseFloat(m[1], 64)
-		}
-		if m := regexp.MustCompile(`accepted_202=(\d+) non_202=(\d+) accepted_per_sec=([0-9.]+)`).FindStringSubmatch(text); m != nil {
-			r.n202, _ = strconv.Atoi(m[1])
-			r.non202, _ = strconv.Atoi(m[2])
-			r.accepted, _ = strconv.ParseFloat(m[3], 64)
-		}
-		if m := regexp.MustCompile(`(?m)^\s+50%\s+(\S+)`).FindStringSubmatch(text); m != nil {
-			r.p50 = m[1]
-		}
-		if m := regexp.MustCompile(`(?m)^\s+99%\s+(\S+)`).FindStringSubmatch(text); m != nil {
-			r.p99 = m[1]
-		}
-		if r.rps == 0 {
-			return r, fmt.Errorf("could not read wrk's output: %s", text)
-		}
-		return r, nil
-	}
+	w := wrkRun{threads: *threads, conns: *conns, dur: *dur, script: *script}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -118,17 +67,105 @@ func benchAPI(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	real, err := runWrk(realURL)
+	real, err := w.run(ctx, realURL)
 	if *cpuprofile != "" {
 		pprof.StopCPUProfile()
 	}
 	if err != nil {
 		return err
 	}
-	bare, err := runWrk(bareURL)
+	bare, err := w.run(ctx, bareURL)
 	if err != nil {
 		return err
 	}
+	return reportBenchAPI(ctx, st, real, bare, *conns)
+}
+
+// benchAPIToken is the bench tenant's token, handed to wrk's script.
+const benchAPIToken = "bench-token-0123456789"
+
+// benchAPIServer serves the real API on a fresh store in dir, on loopback.
+// The caller closes the store after stopping the server.
+func benchAPIServer(ctx context.Context, dir string) (*sqlite.Store, string, func(), error) {
+	log := slog.New(slog.DiscardHandler)
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "edgepipe.db")})
+	if err != nil {
+		return nil, "", nil, err
+	}
+	fail := func(err error) (*sqlite.Store, string, func(), error) {
+		st.Close()
+		return nil, "", nil, err
+	}
+	objs, err := fs.New(ctx, fs.Config{Root: filepath.Join(dir, "objects")})
+	if err != nil {
+		return fail(err)
+	}
+	router, err := routing.NewRouter(routing.Config{})
+	if err != nil {
+		return fail(err)
+	}
+	srv, err := api.New(api.Config{Store: st, Objects: objs, Router: router, Tokens: map[string]string{benchAPIToken: "bench"}, Logger: log})
+	if err != nil {
+		return fail(err)
+	}
+	url, stop, err := serveLoopback(srv.Handler())
+	if err != nil {
+		return fail(err)
+	}
+	return st, url, stop, nil
+}
+
+// wrkRun is one wrk configuration; run drives it against a URL.
+type wrkRun struct {
+	threads, conns int
+	dur            time.Duration
+	script         string
+}
+
+// wrkResult is what bench api reads from wrk's output.
+type wrkResult struct {
+	rps, accepted float64
+	n202, non202  int
+	p50, p99      string
+}
+
+func (w wrkRun) run(ctx context.Context, url string) (wrkResult, error) {
+	cmd := exec.CommandContext(ctx, "wrk", "-t"+strconv.Itoa(w.threads), "-c"+strconv.Itoa(w.conns),
+		"-d"+w.dur.String(), "--latency", "-s", w.script, url)
+	cmd.Env = append(os.Environ(), "EDGEPIPE_TOKEN="+benchAPIToken)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return wrkResult{}, fmt.Errorf("wrk: %v: %s", err, out)
+	}
+	return parseWrk(string(out))
+}
+
+// parseWrk reads wrk's summary and the script's accepted_202 line.
+func parseWrk(text string) (wrkResult, error) {
+	var r wrkResult
+	if m := regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`).FindStringSubmatch(text); m != nil {
+		r.rps, _ = strconv.ParseFloat(m[1], 64)
+	}
+	if m := regexp.MustCompile(`accepted_202=(\d+) non_202=(\d+) accepted_per_sec=([0-9.]+)`).FindStringSubmatch(text); m != nil {
+		r.n202, _ = strconv.Atoi(m[1])
+		r.non202, _ = strconv.Atoi(m[2])
+		r.accepted, _ = strconv.ParseFloat(m[3], 64)
+	}
+	if m := regexp.MustCompile(`(?m)^\s+50%\s+(\S+)`).FindStringSubmatch(text); m != nil {
+		r.p50 = m[1]
+	}
+	if m := regexp.MustCompile(`(?m)^\s+99%\s+(\S+)`).FindStringSubmatch(text); m != nil {
+		r.p99 = m[1]
+	}
+	if r.rps == 0 {
+		return r, fmt.Errorf("could not read wrk's output: %s", text)
+	}
+	return r, nil
+}
+
+// reportBenchAPI prints both runs and checks that every 202 is a stored
+// job and that every submission got one.
+func reportBenchAPI(ctx context.Context, st *sqlite.Store, real, bare wrkResult, conns int) error {
 	counts, err := st.CountByStatus(ctx)
 	if err != nil {
 		return err
@@ -142,7 +179,7 @@ func benchAPI(ctx context.Context, args []string) error {
 	fmt.Printf("durable / bare: %.1f%%   jobs in the database: %d\n", 100*real.accepted/bare.rps, stored)
 	// wrk stops counting at the deadline while up to one request per
 	// connection is still in flight; those commit but go uncounted.
-	if stored < real.n202 || stored > real.n202+*conns {
+	if stored < real.n202 || stored > real.n202+conns {
 		return fmt.Errorf("the database holds %d jobs but %d submissions were answered 202", stored, real.n202)
 	}
 	if real.non202 != 0 {

@@ -6,6 +6,7 @@ package main
 // argument parsing, and printing server text safely.
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -20,10 +21,14 @@ import (
 	"edgepipe/client"
 	"edgepipe/internal/app"
 	"edgepipe/internal/termtext"
+	"edgepipe/pipeline"
+	"edgepipe/render"
+	"edgepipe/routing"
 )
 
-// Client settings. EDGEPIPE_URL and EDGEPIPE_TOKEN are in app.Known; the
-// admin token is the server's own EDGEPIPE_ADMIN_TOKEN.
+// Client settings, read by app.FromEnv (Config.ClientURL, ClientToken,
+// Render.FFprobePath); the admin token is the server's own
+// EDGEPIPE_ADMIN_TOKEN. The names are here for the tests.
 const (
 	envURL       = "EDGEPIPE_URL"
 	envToken     = "EDGEPIPE_TOKEN"
@@ -115,7 +120,7 @@ func (e *cliEnv) newClient(f clientFlags, admin bool) (*apiClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	raw := firstNonEmpty(*f.url, cfg.Getenv(envURL), defaultURL)
+	raw := firstNonEmpty(*f.url, cfg.ClientURL, defaultURL)
 	if _, err := client.ParseBaseURL(raw); err != nil {
 		return nil, err
 	}
@@ -124,7 +129,7 @@ func (e *cliEnv) newClient(f clientFlags, admin bool) (*apiClient, error) {
 	if admin {
 		tok, file = firstNonEmpty(tok, cfg.AdminToken), filepath.Join(cfg.DataDir, devAdminFile)
 	} else {
-		tok = firstNonEmpty(tok, cfg.Getenv(envToken))
+		tok = firstNonEmpty(tok, cfg.ClientToken)
 	}
 	if tok == "" {
 		if tok, err = readTokenFile(file); err != nil {
@@ -136,7 +141,7 @@ func (e *cliEnv) newClient(f clientFlags, admin bool) (*apiClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &apiClient{Client: c, ffprobe: firstNonEmpty(cfg.Getenv(envFFprobe), "ffprobe")}, nil
+	return &apiClient{Client: c, ffprobe: cmp.Or(cfg.Render.FFprobePath, render.DefaultFFprobePath)}, nil
 }
 
 func readTokenFile(path string) (string, error) {
@@ -165,6 +170,10 @@ func firstNonEmpty(vs ...string) string {
 
 // clean makes server text safe for one terminal line.
 func clean(s string, limit int) string { return termtext.Clean(s, limit) }
+
+// keyLimit bounds a printed internal job key (operator commands): an
+// instance id of up to routing.MaxIDLen bytes plus pipeline.JobKey's suffix.
+const keyLimit = routing.MaxIDLen + pipeline.JobKeySuffixLen
 
 // parseArgs parses flags that may come before or after the positional
 // arguments ("submit FILE --wait" as well as "submit --wait FILE"); "--"

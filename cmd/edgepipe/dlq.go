@@ -122,7 +122,7 @@ redriven nor discarded).`)
 		if d.DiscardedAt != nil {
 			redriven = "discarded " + d.DiscardedAt.UTC().Format(time.RFC3339) + " by " + clean(d.DiscardedBy, 64) + ": " + clean(d.DiscardReason, 80)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, clean(d.JobID, 64), clean(d.Reason, 32),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, clean(d.JobID, keyLimit), clean(d.Reason, 32),
 			firstNonEmpty(clean(d.Queue, 40), "-"), d.DeadLetteredAt.UTC().Format(time.RFC3339), bound, redriven, clean(d.Detail, 120))
 	}
 	if err := tw.Flush(); err != nil {
@@ -172,6 +172,34 @@ func parseDLQFilter(v string) (client.DeadLetterFilter, error) {
 }
 
 func (e *cliEnv) dlqAct(ctx context.Context, discard bool, args []string) error {
+	a, err := e.parseDLQAct(discard, args)
+	if err != nil {
+		return err
+	}
+	c, err := e.newClient(a.client, true)
+	if err != nil {
+		return err
+	}
+	if a.bulk {
+		return e.dlqActBulk(ctx, c, a)
+	}
+	return e.dlqActOne(ctx, c, a)
+}
+
+// dlqAction is a parsed `dlq redrive` or `dlq discard`: one dead letter
+// (id) or every open one the filter selects (bulk).
+type dlqAction struct {
+	discard, bulk bool
+	id            int64
+	filter        client.DeadLetterFilter
+	opts          client.BulkOptions
+	reason        string
+	asJSON        bool
+	client        clientFlags
+}
+
+func (e *cliEnv) parseDLQAct(discard bool, args []string) (dlqAction, error) {
+	a := dlqAction{discard: discard}
 	name, usage, what := "dlq redrive", "DEAD_LETTER_ID | --filter F [--limit N] [--dry-run] [--json]", `
 Redrives a dead letter, or every open one --filter selects: its job goes
 back to its own version's queue, as pending. A dead letter is settled
@@ -188,21 +216,44 @@ longer asks for an operator; the reason is recorded in the job's events.`
 reason=..., version=v2, tenant=NAME, older-than=72h (or 7d; 0s selects
 every open dead letter).`)
 	fs.SetOutput(e.stderr)
-	cf := addClientFlags(fs, true)
+	a.client = addClientFlags(fs, true)
 	filter := fs.String("filter", "", "act on every open dead letter matching reason=,version=,tenant=,older-than= (comma-separated)")
 	limit := fs.Int("limit", 100, "with --filter: at most this many per run, oldest first (1-500)")
 	dry := fs.Bool("dry-run", false, "with --filter: say what would be done; change nothing")
-	var reason *string
+	reason := new(string)
 	if discard {
 		reason = fs.String("reason", "", "why (required); recorded with the discard")
 	}
 	asJSON := fs.Bool("json", false, "print the answer as JSON")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
-		return err
+		return a, err
 	}
-	bulk := *filter != ""
-	if bulk {
+	a.bulk, a.asJSON, a.reason = *filter != "", *asJSON, *reason
+	if err := checkDLQActArgs(fs, pos, a); err != nil {
+		return a, err
+	}
+	if a.bulk {
+		if a.filter, err = parseDLQFilter(*filter); err != nil {
+			return a, err
+		}
+		if *limit < 1 || *limit > 500 {
+			return a, fmt.Errorf("%w: --limit must be from 1 to 500", errUsage)
+		}
+		a.opts = client.BulkOptions{Limit: *limit, DryRun: *dry}
+		return a, nil
+	}
+	a.id, err = strconv.ParseInt(pos[0], 10, 64)
+	if err != nil || a.id < 1 {
+		return a, fmt.Errorf("%w: DEAD_LETTER_ID must be a positive whole number (edgepipe dlq list shows them), got %q", errUsage, pos[0])
+	}
+	return a, nil
+}
+
+// checkDLQActArgs refuses a DEAD_LETTER_ID together with --filter (or
+// neither), the bulk flags without --filter, and a bad discard reason.
+func checkDLQActArgs(fs *flag.FlagSet, pos []string, a dlqAction) error {
+	if a.bulk {
 		if err := wantArgs(fs, pos); err != nil {
 			return fmt.Errorf("%w (give a DEAD_LETTER_ID or --filter, not both)", err)
 		}
@@ -216,66 +267,52 @@ every open dead letter).`)
 			return fmt.Errorf("%w: --limit and --dry-run go with --filter", errUsage)
 		}
 	}
-	if discard {
-		if r := strings.TrimSpace(*reason); r == "" || r != *reason || len(r) > 1000 {
+	if a.discard {
+		if r := strings.TrimSpace(a.reason); r == "" || r != a.reason || len(r) > 1000 {
 			return fmt.Errorf("%w: --reason is required, must not start or end with spaces and is at most 1000 bytes", errUsage)
 		}
 	}
-	var f client.DeadLetterFilter
-	var id int64
-	if bulk {
-		if f, err = parseDLQFilter(*filter); err != nil {
-			return err
-		}
-		if *limit < 1 || *limit > 500 {
-			return fmt.Errorf("%w: --limit must be from 1 to 500", errUsage)
-		}
+	return nil
+}
+
+func (e *cliEnv) dlqActBulk(ctx context.Context, c *apiClient, a dlqAction) error {
+	var r client.DeadLetterBulkResult
+	var err error
+	if a.discard {
+		r, err = c.DiscardDeadLetters(ctx, a.filter, a.reason, a.opts)
 	} else {
-		id, err = strconv.ParseInt(pos[0], 10, 64)
-		if err != nil || id < 1 {
-			return fmt.Errorf("%w: DEAD_LETTER_ID must be a positive whole number (edgepipe dlq list shows them), got %q", errUsage, pos[0])
-		}
+		r, err = c.RedriveDeadLetters(ctx, a.filter, a.opts)
 	}
-	c, err := e.newClient(cf, true)
 	if err != nil {
 		return err
 	}
-	switch {
-	case bulk:
-		o := client.BulkOptions{Limit: *limit, DryRun: *dry}
-		var r client.DeadLetterBulkResult
-		if discard {
-			r, err = c.DiscardDeadLetters(ctx, f, *reason, o)
-		} else {
-			r, err = c.RedriveDeadLetters(ctx, f, o)
-		}
+	if a.asJSON {
+		return writeJSON(e.stdout, r)
+	}
+	return e.printBulk(r)
+}
+
+func (e *cliEnv) dlqActOne(ctx context.Context, c *apiClient, a dlqAction) error {
+	if a.discard {
+		d, err := c.DiscardDeadLetter(ctx, a.id, a.reason)
 		if err != nil {
 			return err
 		}
-		if *asJSON {
-			return writeJSON(e.stdout, r)
-		}
-		return e.printBulk(r)
-	case discard:
-		d, err := c.DiscardDeadLetter(ctx, id, *reason)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
+		if a.asJSON {
 			return writeJSON(e.stdout, d)
 		}
-		fmt.Fprintf(e.stdout, "dead letter %d discarded: job %s (tenant %s, %s) stays dead_lettered\n", id, clean(d.JobID, 64),
+		fmt.Fprintf(e.stdout, "dead letter %d discarded: job %s (tenant %s, %s) stays dead_lettered\n", a.id, clean(d.JobID, keyLimit),
 			clean(d.Tenant, 64), firstNonEmpty(clean(d.Version, 16), "no version"))
 		return nil
 	}
-	j, err := c.Redrive(ctx, id)
+	j, err := c.Redrive(ctx, a.id)
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if a.asJSON {
 		return writeJSON(e.stdout, j)
 	}
-	fmt.Fprintf(e.stdout, "dead letter %d redriven: job %s (tenant %s, %s) is %s again\n", id, clean(j.ID, 64), clean(j.Tenant, 64),
+	fmt.Fprintf(e.stdout, "dead letter %d redriven: job %s (tenant %s, %s) is %s again\n", a.id, clean(j.ID, keyLimit), clean(j.Tenant, 64),
 		firstNonEmpty(clean(j.Version, 16), "no version"), clean(string(j.Status), 32))
 	return nil
 }
@@ -295,7 +332,7 @@ func (e *cliEnv) printBulk(r client.DeadLetterBulkResult) error {
 			if it.Code != "" {
 				out += " (" + clean(it.Code, 32) + ")"
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", it.DeadLetterID, clean(it.JobID, 64), clean(it.Tenant, 64),
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", it.DeadLetterID, clean(it.JobID, keyLimit), clean(it.Tenant, 64),
 				firstNonEmpty(clean(it.Version, 16), "-"), clean(it.Reason, 32), out)
 		}
 		if err := tw.Flush(); err != nil {

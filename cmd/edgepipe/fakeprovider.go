@@ -22,16 +22,16 @@ billed calls per operation, unit and idempotency key.
 Faults (also EDGEPIPE_FAKE_FAULTS for the in-process fake):
 `+fake.FaultsHelp)
 	addr := fs.String("addr", "127.0.0.1:9090", "listen address")
-	faults := fs.String("faults", os.Getenv("EDGEPIPE_FAKE_FAULTS"), "fault injection SPEC (see above)")
+	faults := fs.String("faults", os.Getenv(fake.EnvFaults), "fault injection SPEC (see above)")
 	seed := fs.Uint64("seed", 0, "seed of the fault generator (0 = random, logged)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	_, log, err := loadConfig()
+	settings, log, err := loadConfig()
 	if err != nil {
 		return err
 	}
-	cfg, err := fake.ConfigFromEnv(os.Getenv)
+	cfg, err := settings.FakeSettings()
 	if err != nil {
 		return err
 	}

@@ -98,7 +98,7 @@ Lists the jobs of every tenant that need an operator, newest first.`)
 				msg += ": " + clean(j.Error.Message, 120)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", clean(j.ID, 64), clean(j.Tenant, 64), clean(string(j.Status), 32),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", clean(j.ID, keyLimit), clean(j.Tenant, 64), clean(string(j.Status), 32),
 			firstNonEmpty(clean(j.Version, 16), "-"), j.Attempts, j.StatusChangedAt.UTC().Format(time.RFC3339), msg)
 	}
 	if err := tw.Flush(); err != nil {
@@ -146,6 +146,6 @@ func (e *cliEnv) reviewDecide(ctx context.Context, d client.Decision, args []str
 	if *asJSON {
 		return writeJSON(e.stdout, j)
 	}
-	fmt.Fprintf(e.stdout, "job %s (tenant %s): %s recorded; it is %s\n", clean(j.ID, 64), clean(j.Tenant, 64), d, clean(string(j.Status), 32))
+	fmt.Fprintf(e.stdout, "job %s (tenant %s): %s recorded; it is %s\n", clean(j.ID, keyLimit), clean(j.Tenant, 64), d, clean(string(j.Status), 32))
 	return nil
 }

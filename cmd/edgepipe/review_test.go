@@ -36,6 +36,8 @@ func TestReviewAgainstTheAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := strings.TrimSpace(c.out.String())
+	// The operator commands address the job by its internal key.
+	key := pipeline.JobKey("acme", id)
 	e.toReview(t, e.claim(t))
 
 	c = newCLI()
@@ -43,7 +45,7 @@ func TestReviewAgainstTheAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(c.out.String()), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], "JOB") || !strings.HasPrefix(lines[1], id+"  acme    needs_review  v1       1") ||
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "JOB") || !strings.HasPrefix(lines[1], key+"  acme    needs_review  v1       1") ||
 		!strings.HasSuffix(lines[1], "provider_timeout: the speech provider did not answer; it may have billed") {
 		t.Errorf("review list:\n%s", c.out)
 	}
@@ -52,19 +54,19 @@ func TestReviewAgainstTheAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	var page api.AdminJobList
-	if err := json.Unmarshal(c.out.Bytes(), &page); err != nil || len(page.Jobs) != 1 || page.Jobs[0].ID != id {
+	if err := json.Unmarshal(c.out.Bytes(), &page); err != nil || len(page.Jobs) != 1 || page.Jobs[0].ID != key || page.Jobs[0].InstanceID != id {
 		t.Fatalf("review list --json: %v %s", err, c.out)
 	}
 
 	c = newCLI()
-	if err := c.review(ctx, []string{"retry", id}); err != nil {
+	if err := c.review(ctx, []string{"retry", key}); err != nil {
 		t.Fatal(err)
 	}
-	if got := c.out.String(); got != "job "+id+" (tenant acme): retry recorded; it is pending\n" {
+	if got := c.out.String(); got != "job "+key+" (tenant acme): retry recorded; it is pending\n" {
 		t.Errorf("retry printed %q", got)
 	}
 	c = newCLI()
-	err := c.review(ctx, []string{"fail", id})
+	err := c.review(ctx, []string{"fail", key})
 	if !errors.Is(err, client.ErrInvalidTransition) || exitCode(err) != 1 ||
 		err.Error() != "The job is not in a status that allows this: the job's current status does not allow this (invalid_transition)" {
 		t.Fatalf("deciding a pending job: %v", err)
@@ -73,11 +75,11 @@ func TestReviewAgainstTheAPI(t *testing.T) {
 	// The retried job needs review again; this time the operator fails it.
 	e.toReview(t, e.claim(t))
 	c = newCLI()
-	if err := c.review(ctx, []string{"fail", id, "--json"}); err != nil {
+	if err := c.review(ctx, []string{"fail", key, "--json"}); err != nil {
 		t.Fatal(err)
 	}
 	var j api.AdminJob
-	if err := json.Unmarshal(c.out.Bytes(), &j); err != nil || j.ID != id || j.Status != pipeline.StatusFailed {
+	if err := json.Unmarshal(c.out.Bytes(), &j); err != nil || j.ID != key || j.Status != pipeline.StatusFailed {
 		t.Fatalf("fail --json: %v %s", err, c.out)
 	}
 

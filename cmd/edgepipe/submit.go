@@ -77,26 +77,9 @@ type submitOpts struct {
 }
 
 func (e *cliEnv) submit(ctx context.Context, args []string) error {
-	fs := newFlags("submit", "FILE [--wait] [--key KEY] [--id INSTANCE_ID] [--out FILE.mp4] [--json]", submitHelp)
-	fs.SetOutput(e.stderr)
-	cf := addClientFlags(fs, false)
-	var o submitOpts
-	fs.BoolVar(&o.wait, "wait", false, "follow the job until it settles; exit 0 only if it succeeded")
-	fs.StringVar(&o.key, "key", "", "Idempotency-Key (default: derived from the request's content)")
-	fs.StringVar(&o.id, "id", "", "instance_id of the job; its prefix (v1-, v2-) picks the workflow version")
-	fs.StringVar(&o.out, "out", "", "with --wait: where to save the MP4 (default ./<id>.mp4 when ffprobe is installed)")
-	fs.BoolVar(&o.json, "json", false, "print the job (and, with --wait, the download and ffprobe result) as JSON")
-	fs.DurationVar(&o.timeout, "timeout", 0, "with --wait: give up waiting after this long (0 waits forever; the job keeps running)")
-	pos, err := parseArgs(fs, args)
+	o, cf, err := e.parseSubmit(args)
 	if err != nil {
 		return err
-	}
-	if err := wantArgs(fs, pos, "FILE"); err != nil {
-		return err
-	}
-	o.file = pos[0]
-	if o.out != "" && !o.wait {
-		return fmt.Errorf("%w: --out needs --wait", errUsage)
 	}
 	body, scenes, err := e.readStoryboard(o.file, o.id)
 	if err != nil {
@@ -138,7 +121,39 @@ func (e *cliEnv) submit(ctx context.Context, args []string) error {
 		}
 		return nil
 	}
+	return e.waitSubmitted(ctx, c, o, out, scenes)
+}
 
+// parseSubmit reads submit's flags and FILE.
+func (e *cliEnv) parseSubmit(args []string) (submitOpts, clientFlags, error) {
+	fs := newFlags("submit", "FILE [--wait] [--key KEY] [--id INSTANCE_ID] [--out FILE.mp4] [--json]", submitHelp)
+	fs.SetOutput(e.stderr)
+	cf := addClientFlags(fs, false)
+	var o submitOpts
+	fs.BoolVar(&o.wait, "wait", false, "follow the job until it settles; exit 0 only if it succeeded")
+	fs.StringVar(&o.key, "key", "", "Idempotency-Key (default: derived from the request's content)")
+	fs.StringVar(&o.id, "id", "", "instance_id of the job; its prefix (v1-, v2-) picks the workflow version")
+	fs.StringVar(&o.out, "out", "", "with --wait: where to save the MP4 (default ./<id>.mp4 when ffprobe is installed)")
+	fs.BoolVar(&o.json, "json", false, "print the job (and, with --wait, the download and ffprobe result) as JSON")
+	fs.DurationVar(&o.timeout, "timeout", 0, "with --wait: give up waiting after this long (0 waits forever; the job keeps running)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return o, cf, err
+	}
+	if err := wantArgs(fs, pos, "FILE"); err != nil {
+		return o, cf, err
+	}
+	o.file = pos[0]
+	if o.out != "" && !o.wait {
+		return o, cf, fmt.Errorf("%w: --out needs --wait", errUsage)
+	}
+	return o, cf, nil
+}
+
+// waitSubmitted follows the submitted job (submit --wait) until it settles
+// or --timeout, downloads a success and prints the outcome.
+func (e *cliEnv) waitSubmitted(ctx context.Context, c *apiClient, o submitOpts, out submitOutput, scenes int) error {
+	job := out.Job
 	wctx := ctx
 	if o.timeout > 0 {
 		var cancel context.CancelFunc

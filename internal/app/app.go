@@ -83,44 +83,11 @@ func openObjects(ctx context.Context, cfg Config, log *slog.Logger) (pipeline.Ob
 	if cfg.Store == "fs" {
 		return fs.New(ctx, fs.Config{Root: cfg.ObjectsDir, Logger: log})
 	}
-	sc, err := s3Config(cfg, log)
+	sc, err := cfg.S3Settings(log)
 	if err != nil {
 		return nil, err
 	}
 	return s3.New(ctx, sc)
-}
-
-// s3Config reads the EDGEPIPE_S3_* settings.
-func s3Config(cfg Config, log *slog.Logger) (s3.Config, error) {
-	g := cfg.getenv
-	sc := s3.Config{
-		Endpoint: g("EDGEPIPE_S3_ENDPOINT"), PresignEndpoint: g("EDGEPIPE_S3_PUBLIC_ENDPOINT"), Bucket: g("EDGEPIPE_S3_BUCKET"),
-		AccessKey: g("EDGEPIPE_S3_ACCESS_KEY"), SecretKey: g("EDGEPIPE_S3_SECRET_KEY"), Region: g("EDGEPIPE_S3_REGION"),
-		Prefix: g("EDGEPIPE_S3_PREFIX"), CreateBucket: true, Logger: log,
-	}
-	var err error
-	if v := g("EDGEPIPE_S3_CREATE_BUCKET"); v != "" {
-		if sc.CreateBucket, err = boolSetting(g, "EDGEPIPE_S3_CREATE_BUCKET"); err != nil {
-			return sc, err
-		}
-	}
-	if v := g("EDGEPIPE_S3_PATH_STYLE"); v != "" {
-		b, err := boolSetting(g, "EDGEPIPE_S3_PATH_STYLE")
-		if err != nil {
-			return sc, err
-		}
-		sc.PathStyle = &b
-	}
-	if sc.SignPayload, err = boolSetting(g, "EDGEPIPE_S3_SIGN_PAYLOAD"); err != nil {
-		return sc, err
-	}
-	if sc.PartSizeMiB, err = intSetting(g, "EDGEPIPE_S3_PART_SIZE_MIB", 0, 5, 512); err != nil {
-		return sc, err
-	}
-	if sc.Concurrency, err = intSetting(g, "EDGEPIPE_S3_CONCURRENCY", 0, 1, 32); err != nil {
-		return sc, err
-	}
-	return sc, nil
 }
 
 // Parts are the long-running components a command starts.
@@ -184,7 +151,7 @@ func (a *App) Build(ctx context.Context, withAPI, withSweeper bool, workers int)
 		if err != nil {
 			return nil, err
 		}
-		rc := render.ConfigFromEnv(a.Cfg.getenv)
+		rc := a.Cfg.Render
 		rc.Logger = a.Log
 		// Check ffmpeg now: a missing binary is a start-up error naming
 		// the package, not a failure of the first job.

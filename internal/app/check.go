@@ -5,8 +5,6 @@ import (
 
 	"edgepipe/failpoint"
 	"edgepipe/pipeline"
-	"edgepipe/provider"
-	"edgepipe/provider/fake"
 	"edgepipe/routing"
 	"edgepipe/storage/s3"
 )
@@ -33,15 +31,15 @@ func (c Config) Check(workers int) error {
 		// As providers() does: the provider settings count when a
 		// provider URL is set, the fake's when it is not.
 		if c.ProviderURL != "" {
-			if _, err := provider.ConfigFromEnv(c.getenv); err != nil {
+			if _, err := c.ProviderSettings(); err != nil {
 				return err
 			}
-		} else if _, err := fake.ConfigFromEnv(c.getenv); err != nil {
+		} else if _, err := c.FakeSettings(); err != nil {
 			return err
 		}
 	}
 	if c.Store == "s3" {
-		sc, err := s3Config(c, nil)
+		sc, err := c.S3Settings(nil)
 		if err != nil {
 			return err
 		}

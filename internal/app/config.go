@@ -16,33 +16,54 @@ import (
 
 	"edgepipe/api"
 	"edgepipe/pipeline"
+	"edgepipe/provider"
+	"edgepipe/provider/fake"
+	"edgepipe/provider/replicate"
+	"edgepipe/provider/workersai"
+	"edgepipe/render"
 	"edgepipe/routing"
+	"edgepipe/storage/s3"
 )
 
-// Known lists every EDGEPIPE_* setting. Start-up refuses any other, so a
-// typo is an error and not a silently ignored setting.
-var Known = []string{
-	"EDGEPIPE_ADDR", "EDGEPIPE_DATA_DIR", "EDGEPIPE_STORE", "EDGEPIPE_OBJECTS_DIR",
-	"EDGEPIPE_S3_ENDPOINT", "EDGEPIPE_S3_PUBLIC_ENDPOINT", "EDGEPIPE_S3_BUCKET", "EDGEPIPE_S3_ACCESS_KEY",
-	"EDGEPIPE_S3_SECRET_KEY", "EDGEPIPE_S3_REGION", "EDGEPIPE_S3_PREFIX", "EDGEPIPE_S3_CREATE_BUCKET",
-	"EDGEPIPE_S3_PATH_STYLE", "EDGEPIPE_S3_PART_SIZE_MIB", "EDGEPIPE_S3_CONCURRENCY", "EDGEPIPE_S3_SIGN_PAYLOAD",
-	"EDGEPIPE_BINDINGS", "EDGEPIPE_WORKERS", "EDGEPIPE_UNIT_CONCURRENCY", "EDGEPIPE_TOKENS", "EDGEPIPE_ADMIN_TOKEN",
-	"EDGEPIPE_PROVIDER_URL", "EDGEPIPE_PROVIDER_TIMEOUT",
-	"EDGEPIPE_PROVIDER", "EDGEPIPE_PROVIDER_IMAGE", "EDGEPIPE_PROVIDER_SPEECH", "EDGEPIPE_PROVIDER_VIDEO",
-	"EDGEPIPE_CF_ACCOUNT_ID", "EDGEPIPE_CF_API_TOKEN", "EDGEPIPE_CF_API_BASE", "EDGEPIPE_CF_MODEL_IMAGE", "EDGEPIPE_CF_MODEL_SPEECH",
-	"EDGEPIPE_REPLICATE_API_TOKEN", "EDGEPIPE_REPLICATE_API_BASE",
-	"EDGEPIPE_REPLICATE_MODEL_IMAGE", "EDGEPIPE_REPLICATE_MODEL_SPEECH", "EDGEPIPE_REPLICATE_MODEL_VIDEO",
-	"EDGEPIPE_FAKE_FAULTS", "EDGEPIPE_FAKE_SEED", "EDGEPIPE_FAKE_VIDEO_PROCESSING",
-	"EDGEPIPE_FFMPEG", "EDGEPIPE_FFPROBE", "EDGEPIPE_RENDER_PRESET",
-	"EDGEPIPE_LEASE", "EDGEPIPE_SWEEP_INTERVAL", "EDGEPIPE_SWEEP_GRACE", "EDGEPIPE_DLQ_RETENTION",
-	"EDGEPIPE_RETRY_BASE", "EDGEPIPE_RETRY_CAP", "EDGEPIPE_RETRY_MAX_ATTEMPTS",
-	"EDGEPIPE_INFRA_RETRY_WINDOW", "EDGEPIPE_INFRA_RETRY_CAP",
-	"EDGEPIPE_FAILPOINTS", "EDGEPIPE_LOG_LEVEL", "EDGEPIPE_WEBHOOK_SECRET", "EDGEPIPE_ALLOW_PRIVATE_WEBHOOKS",
-	api.EnvHTTPReadHeaderTimeout, api.EnvHTTPReadTimeout, api.EnvHTTPIdleTimeout, api.EnvHTTPMaxConns, api.EnvSSEMaxAge,
-	"EDGEPIPE_URL", "EDGEPIPE_TOKEN", // client commands (submit, status, ...)
-	"EDGEPIPE_MINIO_BIN", "EDGEPIPE_BASE_IMAGE", "EDGEPIPE_MINIO_IMAGE", "EDGEPIPE_IMAGE", "EDGEPIPE_POSTGRES_IMAGE", // tests and images
-	"EDGEPIPE_TEST_DEBUG", "EDGEPIPE_CHROMIUM",
-	"EDGEPIPE_DATABASE_URL", "EDGEPIPE_TEST_DATABASE_URL", // job store (database.go); the Postgres tests' server
+// Known lists every EDGEPIPE_* setting: each name the parsers of this file
+// read (found by running them on an empty environment, so the list cannot
+// drift from the code) and the settings of tests and image builds. Start-up
+// refuses any other EDGEPIPE_* name, so a typo is an error and not a
+// silently ignored setting. README's table lists exactly these
+// (readme_test.go).
+var Known = knownSettings()
+
+// testSettings are read by tests and image builds, not by a process.
+var testSettings = []string{
+	"EDGEPIPE_MINIO_BIN", "EDGEPIPE_BASE_IMAGE", "EDGEPIPE_MINIO_IMAGE", "EDGEPIPE_IMAGE", "EDGEPIPE_POSTGRES_IMAGE", "EDGEPIPE_TEST_DEBUG", "EDGEPIPE_CHROMIUM",
+	"EDGEPIPE_TEST_DATABASE_URL", // the Postgres tests' server
+}
+
+// readNames is every setting name the parsers read, in reading order:
+// FromEnv's and those of the parts that read theirs only when built.
+func readNames() []string {
+	var names []string
+	record := func(k string) string {
+		if !slices.Contains(names, k) {
+			names = append(names, k)
+		}
+		return ""
+	}
+	_, _ = parse(record)
+	_, _ = ProviderSettings(record)
+	_, _ = FakeSettings(record)
+	_, _ = s3Settings(record, nil)
+	return names
+}
+
+func knownSettings() []string {
+	var out []string
+	for _, k := range append(readNames(), testSettings...) {
+		if strings.HasPrefix(k, "EDGEPIPE_") {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // Config is the whole configuration of a process.
@@ -80,12 +101,35 @@ type Config struct {
 	HTTP api.HTTPConfig
 	// SSEMaxAge ends event streams after this long (EDGEPIPE_SSE_MAX_AGE).
 	SSEMaxAge time.Duration
+	// Render is ffmpeg's configuration (EDGEPIPE_FFMPEG, EDGEPIPE_FFPROBE,
+	// EDGEPIPE_RENDER_PRESET); the other fields keep render's defaults.
+	Render render.Config
+	// ProviderRouting chooses a provider kind per operation
+	// (EDGEPIPE_PROVIDER*); checked when providers are built.
+	ProviderRouting provider.RoutingConfig
+	// WorkersAI and Replicate configure those providers
+	// (EDGEPIPE_CF_*, EDGEPIPE_REPLICATE_*); checked by their New.
+	WorkersAI workersai.Config
+	Replicate replicate.Config
+	// ClientURL and ClientToken are the client commands' server and token
+	// (EDGEPIPE_URL, EDGEPIPE_TOKEN).
+	ClientURL, ClientToken string
 
+	// getenv reads the settings whose errors matter only to the part that
+	// uses them (ProviderSettings, FakeSettings, S3Settings).
 	getenv func(string) string
 }
 
-// Getenv returns the raw setting (for the packages that read their own).
-func (c Config) Getenv(k string) string { return c.getenv(k) }
+// ProviderSettings is the provider client's configuration
+// (EDGEPIPE_PROVIDER_URL, EDGEPIPE_PROVIDER_TIMEOUT).
+func (c Config) ProviderSettings() (provider.Config, error) { return ProviderSettings(c.getenv) }
+
+// FakeSettings is the in-process fake providers' configuration
+// (EDGEPIPE_FAKE_*).
+func (c Config) FakeSettings() (fake.Config, error) { return FakeSettings(c.getenv) }
+
+// S3Settings is the s3 object store's configuration (EDGEPIPE_S3_*).
+func (c Config) S3Settings(log *slog.Logger) (s3.Config, error) { return s3Settings(c.getenv, log) }
 
 // SweeperRetention is DeadLetterRetention as pipeline.SweeperConfig wants
 // it: there 0 means the default and a negative value keeps forever.
@@ -108,6 +152,12 @@ func FromEnv(getenv func(string) string, environ []string) (Config, error) {
 			return Config{}, fmt.Errorf("%s: unknown setting (known: %s)", k, strings.Join(sorted(Known), ", "))
 		}
 	}
+	return parse(getenv)
+}
+
+// parse reads every setting of Config; it reads each name whatever the
+// values, so readNames can list them.
+func parse(getenv func(string) string) (Config, error) {
 	c := Config{getenv: getenv}
 	c.Addr = or(getenv("EDGEPIPE_ADDR"), "127.0.0.1:8080")
 	c.DataDir = or(getenv("EDGEPIPE_DATA_DIR"), "./data")
@@ -120,7 +170,7 @@ func FromEnv(getenv func(string) string, environ []string) (Config, error) {
 		return c, err
 	}
 	var err error
-	if c.Routing, err = routing.ConfigFromEnv(getenv); err != nil {
+	if c.Routing, err = routingSettings(getenv); err != nil {
 		return c, err
 	}
 	if c.UnitConcurrency, err = intSetting(getenv, "EDGEPIPE_UNIT_CONCURRENCY", pipeline.DefaultUnitConcurrency, 1, 64); err != nil {
@@ -133,7 +183,11 @@ func FromEnv(getenv func(string) string, environ []string) (Config, error) {
 		return c, err
 	}
 	c.AdminToken = getenv("EDGEPIPE_ADMIN_TOKEN")
-	c.ProviderURL = getenv("EDGEPIPE_PROVIDER_URL")
+	c.ProviderURL = getenv(provider.EnvURL)
+	c.ClientURL, c.ClientToken = getenv("EDGEPIPE_URL"), getenv("EDGEPIPE_TOKEN")
+	c.Render = render.Config{FFmpegPath: getenv(render.EnvFFmpeg), FFprobePath: getenv(render.EnvFFprobe), Preset: getenv(render.EnvPreset)}
+	c.ProviderRouting = providerRoutingSettings(getenv)
+	c.WorkersAI, c.Replicate = workersAISettings(getenv), replicateSettings(getenv)
 	for _, d := range []struct {
 		name string
 		dst  *time.Duration
@@ -187,6 +241,139 @@ func FromEnv(getenv func(string) string, environ []string) (Config, error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// routingSettings reads WORKFLOW_V2_ROLLOUT_PERCENT and EDGEPIPE_BINDINGS
+// and validates them.
+func routingSettings(getenv func(string) string) (routing.Config, error) {
+	rawPct, rawBindings := getenv(routing.EnvRolloutPercent), getenv(routing.EnvBindings)
+	pct, err := routing.ParseRolloutPercent(rawPct)
+	if err != nil {
+		return routing.Config{}, err
+	}
+	b, err := routing.ParseBindings(rawBindings)
+	if err != nil {
+		return routing.Config{}, err
+	}
+	cfg := routing.Config{RolloutPercent: pct, Bindings: b}
+	return cfg, cfg.Validate()
+}
+
+// providerRoutingSettings reads EDGEPIPE_PROVIDER and its per-operation
+// overrides; RoutingConfig.Routing validates them.
+func providerRoutingSettings(getenv func(string) string) provider.RoutingConfig {
+	return provider.RoutingConfig{All: getenv(provider.EnvProvider), Image: getenv(provider.EnvProviderImage),
+		Speech: getenv(provider.EnvProviderSpeech), Video: getenv(provider.EnvProviderVideo)}
+}
+
+// ProviderSettings reads EDGEPIPE_PROVIDER_URL and EDGEPIPE_PROVIDER_TIMEOUT.
+// It does not validate BaseURL; provider.New does.
+func ProviderSettings(getenv func(string) string) (provider.Config, error) {
+	c := provider.Config{BaseURL: strings.TrimSpace(getenv(provider.EnvURL))}
+	if v := strings.TrimSpace(getenv(provider.EnvTimeout)); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return provider.Config{}, fmt.Errorf("%w: %s=%q is not a positive duration (e.g. 60s)", pipeline.ErrInvalidInput, provider.EnvTimeout, v)
+		}
+		c.Timeout = d
+	}
+	return c, nil
+}
+
+// FakeSettings reads EDGEPIPE_FAKE_FAULTS, EDGEPIPE_FAKE_SEED and
+// EDGEPIPE_FAKE_VIDEO_PROCESSING (also for `edgepipe fake-provider`).
+// Unset variables keep fake's defaults. Errors name the variable.
+func FakeSettings(getenv func(string) string) (fake.Config, error) {
+	var c fake.Config
+	faults, seed, processing := getenv(fake.EnvFaults), strings.TrimSpace(getenv(fake.EnvSeed)), strings.TrimSpace(getenv(fake.EnvVideoProcessing))
+	if strings.TrimSpace(faults) != "" {
+		f, err := fake.ParseFaults(faults)
+		if err != nil {
+			return fake.Config{}, fmt.Errorf("%s: %w", fake.EnvFaults, err)
+		}
+		c.Faults = f
+	}
+	if seed != "" {
+		n, err := strconv.ParseUint(seed, 10, 64)
+		if err != nil {
+			return fake.Config{}, fmt.Errorf("%w: %s=%q is not an unsigned integer", pipeline.ErrInvalidInput, fake.EnvSeed, seed)
+		}
+		c.Seed = n
+	}
+	if processing != "" {
+		d, err := time.ParseDuration(processing)
+		if err != nil || d < 0 {
+			return fake.Config{}, fmt.Errorf("%w: %s=%q is not a non-negative duration (e.g. 200ms)", pipeline.ErrInvalidInput, fake.EnvVideoProcessing, processing)
+		}
+		if d == 0 {
+			d = -1 // explicit 0: no artificial processing time
+		}
+		c.VideoProcessing = d
+	}
+	return c, nil
+}
+
+// workersAISettings reads the EDGEPIPE_CF_* settings; workersai.New
+// validates them.
+func workersAISettings(getenv func(string) string) workersai.Config {
+	c := workersai.Config{
+		BaseURL:   strings.TrimSpace(getenv(workersai.EnvAPIBase)),
+		AccountID: strings.TrimSpace(getenv(workersai.EnvAccountID)),
+		APIToken:  strings.TrimSpace(getenv(workersai.EnvAPIToken)),
+		Models:    map[string]string{},
+	}
+	models(getenv, c.Models, map[string]string{pipeline.OpImage: workersai.EnvModelImage, pipeline.OpSpeech: workersai.EnvModelSpeech})
+	return c
+}
+
+// replicateSettings reads the EDGEPIPE_REPLICATE_* settings;
+// replicate.New validates them.
+func replicateSettings(getenv func(string) string) replicate.Config {
+	c := replicate.Config{BaseURL: strings.TrimSpace(getenv(replicate.EnvAPIBase)), APIToken: strings.TrimSpace(getenv(replicate.EnvAPIToken)), Models: map[string]string{}}
+	models(getenv, c.Models, map[string]string{pipeline.OpImage: replicate.EnvModelImage, pipeline.OpSpeech: replicate.EnvModelSpeech, pipeline.OpVideoSubmit: replicate.EnvModelVideo})
+	return c
+}
+
+// models sets dst[op] from each op's setting when it is not blank.
+func models(getenv func(string) string, dst, envs map[string]string) {
+	for op, env := range envs {
+		if m := strings.TrimSpace(getenv(env)); m != "" {
+			dst[op] = m
+		}
+	}
+}
+
+// s3Settings reads the EDGEPIPE_S3_* settings.
+func s3Settings(getenv func(string) string, log *slog.Logger) (s3.Config, error) {
+	g := getenv
+	sc := s3.Config{
+		Endpoint: g("EDGEPIPE_S3_ENDPOINT"), PresignEndpoint: g("EDGEPIPE_S3_PUBLIC_ENDPOINT"), Bucket: g("EDGEPIPE_S3_BUCKET"),
+		AccessKey: g("EDGEPIPE_S3_ACCESS_KEY"), SecretKey: g("EDGEPIPE_S3_SECRET_KEY"), Region: g("EDGEPIPE_S3_REGION"),
+		Prefix: g("EDGEPIPE_S3_PREFIX"), CreateBucket: true, Logger: log,
+	}
+	var err error
+	if v := g("EDGEPIPE_S3_CREATE_BUCKET"); v != "" {
+		if sc.CreateBucket, err = boolSetting(g, "EDGEPIPE_S3_CREATE_BUCKET"); err != nil {
+			return sc, err
+		}
+	}
+	if v := g("EDGEPIPE_S3_PATH_STYLE"); v != "" {
+		b, err := boolSetting(g, "EDGEPIPE_S3_PATH_STYLE")
+		if err != nil {
+			return sc, err
+		}
+		sc.PathStyle = &b
+	}
+	if sc.SignPayload, err = boolSetting(g, "EDGEPIPE_S3_SIGN_PAYLOAD"); err != nil {
+		return sc, err
+	}
+	if sc.PartSizeMiB, err = intSetting(g, "EDGEPIPE_S3_PART_SIZE_MIB", 0, 5, 512); err != nil {
+		return sc, err
+	}
+	if sc.Concurrency, err = intSetting(g, "EDGEPIPE_S3_CONCURRENCY", 0, 1, 32); err != nil {
+		return sc, err
+	}
+	return sc, nil
 }
 
 func or(v, def string) string {

@@ -2,7 +2,9 @@ package app
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
@@ -10,6 +12,13 @@ import (
 	"time"
 
 	"edgepipe/api"
+	"edgepipe/pipeline"
+	"edgepipe/provider"
+	"edgepipe/provider/fake"
+	"edgepipe/provider/replicate"
+	"edgepipe/provider/workersai"
+	"edgepipe/render"
+	"edgepipe/routing"
 )
 
 func TestHTTPSettings(t *testing.T) {
@@ -115,6 +124,147 @@ func TestBuildCapsConnections(t *testing.T) {
 	resp, err := http.ReadResponse(r, nil)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("once the slot freed: %v %v", resp, err)
+	}
+}
+
+func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestRoutingSettings(t *testing.T) {
+	t.Parallel()
+	cfg, err := routingSettings(envOf(nil))
+	if err != nil || cfg.RolloutPercent != 0 || cfg.Bindings.String() != "v1,v2" {
+		t.Errorf("empty env: %+v, %v", cfg, err)
+	}
+	cfg, err = routingSettings(envOf(map[string]string{routing.EnvRolloutPercent: "37", routing.EnvBindings: "v2,v1"}))
+	if err != nil || cfg.RolloutPercent != 37 || cfg.Bindings.String() != "v1,v2" {
+		t.Errorf("37/v2,v1: %+v, %v", cfg, err)
+	}
+	for _, m := range []map[string]string{
+		{routing.EnvRolloutPercent: "abc"},
+		{routing.EnvBindings: "x"},
+		{routing.EnvRolloutPercent: "101"},
+	} {
+		if _, err := routingSettings(envOf(m)); !errors.Is(err, pipeline.ErrInvalidInput) {
+			t.Errorf("routingSettings(%v) = %v, want ErrInvalidInput", m, err)
+		}
+	}
+	// A rollout to a version this process does not bind starts, warned.
+	cfg, err = routingSettings(envOf(map[string]string{routing.EnvRolloutPercent: "100", routing.EnvBindings: "v1"}))
+	if err != nil || len(cfg.Warnings()) != 1 {
+		t.Errorf("100/v1: %+v, %v, warnings %q; want it to start with one warning", cfg, err, cfg.Warnings())
+	}
+	// The exact name of the rollout setting is part of the contract.
+	if routing.EnvRolloutPercent != "WORKFLOW_V2_ROLLOUT_PERCENT" {
+		t.Errorf("rollout setting renamed to %s", routing.EnvRolloutPercent)
+	}
+}
+
+func TestRenderSettings(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{render.EnvFFmpeg: "/opt/ff/ffmpeg", render.EnvFFprobe: "/opt/ff/ffprobe", render.EnvPreset: "fast"}
+	c, err := FromEnv(envOf(env), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Render.WithDefaults()
+	if r.FFmpegPath != "/opt/ff/ffmpeg" || r.FFprobePath != "/opt/ff/ffprobe" || r.Preset != "fast" {
+		t.Fatalf("env not applied: %+v", r)
+	}
+	if c, err = FromEnv(envOf(nil), nil); err != nil {
+		t.Fatal(err)
+	}
+	r = c.Render.WithDefaults()
+	if r.FFmpegPath != "ffmpeg" || r.Preset != render.DefaultPreset {
+		t.Fatalf("empty env should give defaults: %+v", r)
+	}
+}
+
+func TestProviderSettings(t *testing.T) {
+	t.Parallel()
+	c, err := ProviderSettings(envOf(map[string]string{provider.EnvURL: " http://h:1 ", provider.EnvTimeout: "90s"}))
+	if err != nil || c.BaseURL != "http://h:1" || c.Timeout != 90*time.Second {
+		t.Fatalf("ProviderSettings = %+v, %v", c, err)
+	}
+	c, err = ProviderSettings(envOf(nil))
+	if err != nil || c.Timeout != 0 || c.BaseURL != "" {
+		t.Fatalf("unset: %+v, %v", c, err)
+	}
+	for _, bad := range []string{"soon", "-1s", "0"} {
+		_, err := ProviderSettings(envOf(map[string]string{provider.EnvTimeout: bad}))
+		if err == nil || !strings.Contains(err.Error(), provider.EnvTimeout) || !errors.Is(err, pipeline.ErrInvalidInput) {
+			t.Errorf("timeout %q: err = %v", bad, err)
+		}
+	}
+}
+
+func TestProviderRoutingSettings(t *testing.T) {
+	t.Parallel()
+	c, err := FromEnv(envOf(map[string]string{provider.EnvProvider: "workers-ai", provider.EnvProviderImage: "replicate",
+		provider.EnvProviderSpeech: "fake", provider.EnvProviderVideo: "replicate"}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := provider.RoutingConfig{All: "workers-ai", Image: "replicate", Speech: "fake", Video: "replicate"}
+	if c.ProviderRouting != want {
+		t.Fatalf("ProviderRouting = %+v, want %+v", c.ProviderRouting, want)
+	}
+}
+
+func TestFakeSettings(t *testing.T) {
+	t.Parallel()
+	c, err := FakeSettings(envOf(map[string]string{
+		fake.EnvFaults: "speech:drop=0.5", fake.EnvSeed: "42", fake.EnvVideoProcessing: "1s",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Faults.Speech.Drop != 0.5 || c.Seed != 42 || c.VideoProcessing != time.Second {
+		t.Fatalf("FakeSettings = %+v", c)
+	}
+	c, err = FakeSettings(envOf(nil))
+	if err != nil || c.Faults != (fake.Faults{}) || c.Seed != 0 || c.VideoProcessing != 0 {
+		t.Fatalf("empty env: %+v, %v", c, err)
+	}
+	// An explicit 0 means no artificial processing time, not the default.
+	if c, err = FakeSettings(envOf(map[string]string{fake.EnvVideoProcessing: "0s"})); err != nil || c.VideoProcessing >= 0 {
+		t.Fatalf("explicit 0: %+v, %v", c, err)
+	}
+	for _, bad := range []map[string]string{
+		{fake.EnvFaults: "speech:drop=2"},
+		{fake.EnvSeed: "-1"},
+		{fake.EnvVideoProcessing: "soon"},
+	} {
+		_, err := FakeSettings(envOf(bad))
+		if err == nil {
+			t.Fatalf("FakeSettings(%v) succeeded", bad)
+		}
+		for k := range bad {
+			if !strings.Contains(err.Error(), k) {
+				t.Errorf("error %q does not name %s", err, k)
+			}
+		}
+	}
+}
+
+func TestProviderCredentialSettings(t *testing.T) {
+	t.Parallel()
+	c, err := FromEnv(envOf(map[string]string{
+		workersai.EnvAccountID: " acc ", workersai.EnvAPIToken: "cf-tok", workersai.EnvAPIBase: "http://127.0.0.1:9/gw",
+		workersai.EnvModelImage: "@cf/bytedance/stable-diffusion-xl-lightning", workersai.EnvModelSpeech: " ",
+		replicate.EnvAPIToken: "r8_tok", replicate.EnvAPIBase: "http://127.0.0.1:9", replicate.EnvModelVideo: "wan-video/wan-2.1-t2v-480p",
+	}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := c.WorkersAI
+	if w.AccountID != "acc" || w.APIToken != "cf-tok" || w.BaseURL != "http://127.0.0.1:9/gw" ||
+		!maps.Equal(w.Models, map[string]string{pipeline.OpImage: "@cf/bytedance/stable-diffusion-xl-lightning"}) {
+		t.Errorf("WorkersAI = %+v", w)
+	}
+	r := c.Replicate
+	if r.APIToken != "r8_tok" || r.BaseURL != "http://127.0.0.1:9" ||
+		!maps.Equal(r.Models, map[string]string{pipeline.OpVideoSubmit: "wan-video/wan-2.1-t2v-480p"}) {
+		t.Errorf("Replicate = %+v", r)
 	}
 }
 

@@ -64,7 +64,7 @@ func TestMetricsAfterAJob(t *testing.T) {
 	}
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		j, err := a.Store.GetTenantJob(ctx, "acme", jobs[0].ID)
+		j, err := a.Store.GetTenantJob(ctx, "acme", jobs[0].InstanceID)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,7 +17,7 @@ import (
 // one provider it is returned as is (object keys stay those of that
 // provider); otherwise a provider.Routed sends each operation to its own.
 func (a *App) providers(ctx context.Context) (pipeline.Providers, error) {
-	routing, err := provider.RoutingFromEnv(a.Cfg.getenv)
+	routing, err := a.Cfg.ProviderRouting.Routing()
 	if err != nil {
 		return nil, err
 	}
@@ -53,22 +53,22 @@ func opEnvSuffix(op string) string {
 }
 
 func (a *App) buildProvider(ctx context.Context, kind string) (pipeline.Providers, error) {
-	pc, err := provider.ConfigFromEnv(a.Cfg.getenv)
+	pc, err := a.Cfg.ProviderSettings()
 	if err != nil {
 		return nil, err
 	}
 	switch kind {
 	case provider.KindWorkersAI:
-		c := workersai.ConfigFromEnv(a.Cfg.getenv)
+		c := a.Cfg.WorkersAI
 		c.Timeout, c.Logger = pc.Timeout, a.Log
 		return workersai.New(c)
 	case provider.KindReplicate:
-		c := replicate.ConfigFromEnv(a.Cfg.getenv)
+		c := a.Cfg.Replicate
 		c.Timeout, c.Logger = pc.Timeout, a.Log
 		return replicate.New(c)
 	}
 	if a.Cfg.ProviderURL == "" {
-		fc, err := fake.ConfigFromEnv(a.Cfg.getenv)
+		fc, err := a.Cfg.FakeSettings()
 		if err != nil {
 			return nil, err
 		}
@@ -107,7 +107,7 @@ type ContractLine struct {
 // model) with the models this configuration would use, marking the rows the
 // routing selects. It needs no credentials and starts nothing.
 func Contracts(getenv func(string) string) ([]ContractLine, error) {
-	routing, err := provider.RoutingFromEnv(getenv)
+	routing, err := providerRoutingSettings(getenv).Routing()
 	if err != nil {
 		return nil, err
 	}
@@ -116,8 +116,8 @@ func Contracts(getenv func(string) string) ([]ContractLine, error) {
 		rows       []provider.ContractRow
 		models     map[string]string
 	}
-	wr, wm := workersai.Describe(workersai.ConfigFromEnv(getenv))
-	rr, rm := replicate.Describe(replicate.ConfigFromEnv(getenv))
+	wr, wm := workersai.Describe(workersAISettings(getenv))
+	rr, rm := replicate.Describe(replicateSettings(getenv))
 	all := []described{
 		{provider.KindFake, provider.DefaultName, provider.ContractTable(), provider.DefaultModels},
 		{provider.KindWorkersAI, workersai.Name, wr, wm},

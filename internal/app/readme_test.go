@@ -76,15 +76,20 @@ func codeSettings(t *testing.T) map[string]bool {
 	return out
 }
 
-// Every setting the code reads is known (start-up refuses unknown ones)
-// and listed in README, and README lists no setting the code does not
-// know.
+// Every setting the parsers read (Known is derived from them) and every
+// EDGEPIPE_* name the rest of the code names is listed in README, and README
+// lists no setting the code does not know.
 func TestREADMEListsEverySetting(t *testing.T) {
 	t.Parallel()
 	readme, code := readmeSettings(t), codeSettings(t)
+	for _, n := range readNames() {
+		if !readme[n] && !strings.Contains(mustRead(t, "../../README.md"), "`"+n+"`") {
+			t.Errorf("the code reads %s, which README does not list", n)
+		}
+	}
 	for n := range code {
 		if !slices.Contains(Known, n) {
-			t.Errorf("the code reads %s, which Known lacks (start-up would refuse it)", n)
+			t.Errorf("the code names %s, which no parser reads and Known lacks (start-up would refuse it)", n)
 		}
 	}
 	for _, n := range Known {
@@ -103,6 +108,44 @@ func TestREADMEListsEverySetting(t *testing.T) {
 				t.Errorf("README lists %s, which the code does not know", n)
 			}
 		}
+	}
+}
+
+// Known is derived by running the parsers on an empty environment: that
+// must succeed, or a parser would stop before reading its later names and
+// start-up would refuse them as unknown.
+func TestKnownIsEverythingRead(t *testing.T) {
+	t.Parallel()
+	empty := func(string) string { return "" }
+	if _, err := parse(empty); err != nil {
+		t.Fatalf("parse(empty) = %v", err)
+	}
+	if _, err := ProviderSettings(empty); err != nil {
+		t.Fatalf("ProviderSettings(empty) = %v", err)
+	}
+	if _, err := FakeSettings(empty); err != nil {
+		t.Fatalf("FakeSettings(empty) = %v", err)
+	}
+	if _, err := s3Settings(empty, nil); err != nil {
+		t.Fatalf("s3Settings(empty) = %v", err)
+	}
+	for _, n := range []string{"EDGEPIPE_ADDR", "EDGEPIPE_S3_SIGN_PAYLOAD", "EDGEPIPE_FAKE_SEED", "EDGEPIPE_PROVIDER_VIDEO",
+		"EDGEPIPE_REPLICATE_MODEL_VIDEO", "EDGEPIPE_CF_MODEL_SPEECH", "EDGEPIPE_RENDER_PRESET", "EDGEPIPE_URL", "EDGEPIPE_TEST_DEBUG"} {
+		if !slices.Contains(Known, n) {
+			t.Errorf("Known lacks %s", n)
+		}
+	}
+	if !slices.Contains(readNames(), "WORKFLOW_V2_ROLLOUT_PERCENT") || slices.Contains(Known, "WORKFLOW_V2_ROLLOUT_PERCENT") {
+		t.Errorf("WORKFLOW_V2_ROLLOUT_PERCENT is read but is not an EDGEPIPE_* name: read %v", readNames())
+	}
+	// Every setting is read wherever the parts read it: a value set for
+	// each one reaches FromEnv's unknown-name check without an error.
+	var environ []string
+	for _, n := range Known {
+		environ = append(environ, n+"=")
+	}
+	if _, err := FromEnv(empty, environ); err != nil {
+		t.Errorf("FromEnv refuses a known name: %v", err)
 	}
 }
 

@@ -1,17 +1,16 @@
 package fake
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"time"
 
 	"edgepipe/pipeline"
 )
 
-// Environment variables read by ConfigFromEnv (the in-process fake that
-// `edgepipe` starts by default).
+// The settings (environment variables) of the in-process fake that
+// `edgepipe` starts by default; internal/app reads them.
 const (
 	EnvFaults          = "EDGEPIPE_FAKE_FAULTS"           // fault spec, see FaultsHelp
 	EnvSeed            = "EDGEPIPE_FAKE_SEED"             // uint64; unset or 0 picks a random seed (logged)
@@ -69,18 +68,14 @@ func (c Config) Validate() error {
 }
 
 func (c Config) withDefaults() Config {
-	if c.FFmpegPath == "" {
-		c.FFmpegPath = DefaultFFmpegPath
-	}
+	c.FFmpegPath = cmp.Or(c.FFmpegPath, DefaultFFmpegPath)
 	switch {
 	case c.VideoProcessing == 0:
 		c.VideoProcessing = DefaultVideoProcessing
 	case c.VideoProcessing < 0:
 		c.VideoProcessing = 0
 	}
-	if c.RenderConcurrency == 0 {
-		c.RenderConcurrency = DefaultRenderConcurrency
-	}
+	c.RenderConcurrency = cmp.Or(c.RenderConcurrency, DefaultRenderConcurrency)
 	if c.Clock == nil {
 		c.Clock = pipeline.SystemClock{}
 	}
@@ -88,36 +83,4 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
-}
-
-// ConfigFromEnv builds a Config from EnvFaults, EnvSeed and
-// EnvVideoProcessing, read through getenv (pass os.Getenv). Unset variables
-// keep the defaults. Errors name the variable.
-func ConfigFromEnv(getenv func(string) string) (Config, error) {
-	var c Config
-	if v := getenv(EnvFaults); strings.TrimSpace(v) != "" {
-		f, err := ParseFaults(v)
-		if err != nil {
-			return Config{}, fmt.Errorf("%s: %w", EnvFaults, err)
-		}
-		c.Faults = f
-	}
-	if v := strings.TrimSpace(getenv(EnvSeed)); v != "" {
-		seed, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			return Config{}, fmt.Errorf("%w: %s=%q is not an unsigned integer", pipeline.ErrInvalidInput, EnvSeed, v)
-		}
-		c.Seed = seed
-	}
-	if v := strings.TrimSpace(getenv(EnvVideoProcessing)); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return Config{}, fmt.Errorf("%w: %s=%q is not a non-negative duration (e.g. 200ms)", pipeline.ErrInvalidInput, EnvVideoProcessing, v)
-		}
-		if d == 0 {
-			d = -1 // explicit 0: no artificial processing time
-		}
-		c.VideoProcessing = d
-	}
-	return c, nil
 }

@@ -144,99 +144,113 @@ func ParseFaults(spec string) (Faults, error) {
 	}
 	seen := map[slot]bool{}
 	for i, raw := range strings.Split(spec, ",") {
-		n := i + 1
 		entry := strings.TrimSpace(raw)
 		bad := func(format string, a ...any) error {
-			return &FaultSpecError{Entry: n, Text: entry, Reason: fmt.Sprintf(format, a...)}
+			return &FaultSpecError{Entry: i + 1, Text: entry, Reason: fmt.Sprintf(format, a...)}
 		}
-		if entry == "" {
-			return Faults{}, bad("empty entry (stray comma?)")
-		}
-		opText, rest, ok := strings.Cut(entry, ":")
-		if !ok {
-			return Faults{}, bad("want OP:KIND=VALUE, missing ':'")
-		}
-		kindText, value, ok := strings.Cut(rest, "=")
-		if !ok {
-			return Faults{}, bad("want OP:KIND=VALUE, missing '='")
-		}
-		opText, kindText, value = strings.TrimSpace(opText), strings.TrimSpace(kindText), strings.TrimSpace(value)
-
-		var ops []Operation
-		switch opText {
-		case "*":
-			ops = Operations
-		case string(OpImage), string(OpSpeech), string(OpVideo):
-			ops = []Operation{Operation(opText)}
-		default:
-			return Faults{}, bad("unknown operation %q (want image, speech, video or *)", opText)
-		}
-		kind := FaultKind(kindText)
-		switch kind {
-		case FaultLatency, FaultRateLimit, FaultBeforeCommit, FaultAfterCommit, FaultDrop:
-		case FaultAsyncFail:
-			if opText != string(OpVideo) {
-				return Faults{}, bad("async_fail applies only to video, not %q", opText)
-			}
-		default:
-			return Faults{}, bad("unknown fault kind %q (want latency, rate_limit, before_commit, after_commit, drop or async_fail)", kindText)
+		opText, kind, value, err := splitFaultEntry(entry)
+		if err != nil {
+			return Faults{}, bad("%v", err)
 		}
 		if seen[slot{opText, kind}] {
 			return Faults{}, bad("%s:%s is given more than once", opText, kind)
 		}
 		seen[slot{opText, kind}] = true
-
-		var (
-			p   float64
-			dur time.Duration
-			err error
-		)
-		switch kind {
-		case FaultLatency:
-			dur, p, err = parseDurAtProb(value, true)
-			if err == nil && dur > MaxLatency {
-				err = fmt.Errorf("latency %s exceeds the maximum %s", dur, MaxLatency)
-			}
-			if dur == 0 || p == 0 {
-				dur, p = 0, 0
-			}
-		case FaultRateLimit:
-			dur, p, err = parseDurAtProb(value, false)
-			switch {
-			case err != nil:
-			case strings.Contains(value, "@") && (dur < time.Second || dur%time.Second != 0):
-				err = fmt.Errorf("retry-after %s must be a whole number of seconds, at least 1s", dur)
-			case dur > MaxRetryAfter:
-				err = fmt.Errorf("retry-after %s exceeds the maximum %s", dur, MaxRetryAfter)
-			}
-			if p == 0 {
-				dur = 0
-			}
-		default:
-			p, err = parseProb(value)
-		}
+		dur, p, err := parseFaultValue(kind, value)
 		if err != nil {
 			return Faults{}, bad("%v", err)
 		}
+		ops := Operations
+		if opText != "*" {
+			ops = []Operation{Operation(opText)}
+		}
 		for _, op := range ops {
-			of := f.ptr(op)
-			switch kind {
-			case FaultLatency:
-				of.Latency, of.LatencyP = dur, p
-			case FaultRateLimit:
-				of.RetryAfter, of.RateLimit = dur, p
-			case FaultBeforeCommit:
-				of.BeforeCommit = p
-			case FaultAfterCommit:
-				of.AfterCommit = p
-			case FaultDrop:
-				of.Drop = p
-			case FaultAsyncFail:
-				of.AsyncFail = p
-			}
+			f.ptr(op).set(kind, dur, p)
 		}
 	}
 	return f, nil
+}
+
+// splitFaultEntry splits one OP:KIND=VALUE entry and checks OP, KIND and
+// that they go together.
+func splitFaultEntry(entry string) (op string, kind FaultKind, value string, err error) {
+	if entry == "" {
+		return "", "", "", errors.New("empty entry (stray comma?)")
+	}
+	opText, rest, ok := strings.Cut(entry, ":")
+	if !ok {
+		return "", "", "", errors.New("want OP:KIND=VALUE, missing ':'")
+	}
+	kindText, value, ok := strings.Cut(rest, "=")
+	if !ok {
+		return "", "", "", errors.New("want OP:KIND=VALUE, missing '='")
+	}
+	opText, kindText, value = strings.TrimSpace(opText), strings.TrimSpace(kindText), strings.TrimSpace(value)
+	switch opText {
+	case "*", string(OpImage), string(OpSpeech), string(OpVideo):
+	default:
+		return "", "", "", fmt.Errorf("unknown operation %q (want image, speech, video or *)", opText)
+	}
+	kind = FaultKind(kindText)
+	switch kind {
+	case FaultLatency, FaultRateLimit, FaultBeforeCommit, FaultAfterCommit, FaultDrop:
+	case FaultAsyncFail:
+		if opText != string(OpVideo) {
+			return "", "", "", fmt.Errorf("async_fail applies only to video, not %q", opText)
+		}
+	default:
+		return "", "", "", fmt.Errorf("unknown fault kind %q (want latency, rate_limit, before_commit, after_commit, drop or async_fail)", kindText)
+	}
+	return opText, kind, value, nil
+}
+
+// parseFaultValue parses the VALUE of a kind: a duration and/or a
+// probability. A kind turned off (P=0, or DUR=0 for latency) gets zero for
+// both, so String round-trips.
+func parseFaultValue(kind FaultKind, value string) (dur time.Duration, p float64, err error) {
+	switch kind {
+	case FaultLatency:
+		dur, p, err = parseDurAtProb(value, true)
+		if err == nil && dur > MaxLatency {
+			err = fmt.Errorf("latency %s exceeds the maximum %s", dur, MaxLatency)
+		}
+		if dur == 0 || p == 0 {
+			dur, p = 0, 0
+		}
+	case FaultRateLimit:
+		dur, p, err = parseDurAtProb(value, false)
+		switch {
+		case err != nil:
+		case strings.Contains(value, "@") && (dur < time.Second || dur%time.Second != 0):
+			err = fmt.Errorf("retry-after %s must be a whole number of seconds, at least 1s", dur)
+		case dur > MaxRetryAfter:
+			err = fmt.Errorf("retry-after %s exceeds the maximum %s", dur, MaxRetryAfter)
+		}
+		if p == 0 {
+			dur = 0
+		}
+	default:
+		p, err = parseProb(value)
+	}
+	return dur, p, err
+}
+
+// set sets one kind's fault.
+func (of *OpFaults) set(kind FaultKind, dur time.Duration, p float64) {
+	switch kind {
+	case FaultLatency:
+		of.Latency, of.LatencyP = dur, p
+	case FaultRateLimit:
+		of.RetryAfter, of.RateLimit = dur, p
+	case FaultBeforeCommit:
+		of.BeforeCommit = p
+	case FaultAfterCommit:
+		of.AfterCommit = p
+	case FaultDrop:
+		of.Drop = p
+	case FaultAsyncFail:
+		of.AsyncFail = p
+	}
 }
 
 // parseProb parses a probability in [0,1]. -0 becomes 0 so that String

@@ -140,42 +140,6 @@ func TestFaultsValidate(t *testing.T) {
 	}
 }
 
-func TestConfigFromEnv(t *testing.T) {
-	t.Parallel()
-	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-
-	c, err := ConfigFromEnv(env(map[string]string{
-		EnvFaults: "speech:drop=0.5", EnvSeed: "42", EnvVideoProcessing: "1s",
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.Faults.Speech.Drop != 0.5 || c.Seed != 42 || c.VideoProcessing != time.Second {
-		t.Fatalf("ConfigFromEnv = %+v", c)
-	}
-
-	c, err = ConfigFromEnv(env(nil))
-	if err != nil || c.Faults != (Faults{}) || c.Seed != 0 || c.VideoProcessing != 0 {
-		t.Fatalf("empty env: %+v, %v", c, err)
-	}
-
-	for _, bad := range []map[string]string{
-		{EnvFaults: "speech:drop=2"},
-		{EnvSeed: "-1"},
-		{EnvVideoProcessing: "soon"},
-	} {
-		_, err := ConfigFromEnv(env(bad))
-		if err == nil {
-			t.Fatalf("ConfigFromEnv(%v) succeeded", bad)
-		}
-		for k := range bad {
-			if !strings.Contains(err.Error(), k) {
-				t.Errorf("error %q does not name %s", err, k)
-			}
-		}
-	}
-}
-
 // FuzzParseFaults: the parser never panics, every error is a one-line
 // *FaultSpecError, and every accepted spec is valid and round-trips through
 // String.

@@ -46,7 +46,8 @@ import (
 // Name is the provider name in intent rows and object keys.
 const Name = "replicate"
 
-// Environment variables read by ConfigFromEnv.
+// The settings (environment variables) of Config; internal/app reads them,
+// and errors name them.
 const (
 	EnvAPIToken    = "EDGEPIPE_REPLICATE_API_TOKEN"
 	EnvAPIBase     = "EDGEPIPE_REPLICATE_API_BASE"
@@ -93,18 +94,6 @@ type Config struct {
 	Client                 *http.Client // tests; nil = provider.Caller's own transports
 	Clock                  pipeline.Clock
 	Logger                 *slog.Logger
-}
-
-// ConfigFromEnv reads the EDGEPIPE_REPLICATE_* settings through getenv. It
-// does not validate; New does.
-func ConfigFromEnv(getenv func(string) string) Config {
-	c := Config{BaseURL: strings.TrimSpace(getenv(EnvAPIBase)), APIToken: strings.TrimSpace(getenv(EnvAPIToken)), Models: map[string]string{}}
-	for op, env := range map[string]string{pipeline.OpImage: EnvModelImage, pipeline.OpSpeech: EnvModelSpeech, pipeline.OpVideoSubmit: EnvModelVideo} {
-		if m := strings.TrimSpace(getenv(env)); m != "" {
-			c.Models[op] = m
-		}
-	}
-	return c
 }
 
 // Adapter is the Replicate pipeline.Providers. Create it with New.

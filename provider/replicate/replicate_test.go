@@ -502,8 +502,7 @@ func TestContractsAndConfig(t *testing.T) {
 	if ce := asCallError(t, err); ce.Outcome != pipeline.OutcomeRejected || ce.Code != provider.CodeUnsupportedOperation {
 		t.Errorf("speech without a model: %s %s", ce.Outcome, ce.Code)
 	}
-	env := map[string]string{replicate.EnvAPIToken: token, replicate.EnvModelVideo: "wan-video/wan-2.1-t2v-480p"}
-	b, err := replicate.New(replicate.ConfigFromEnv(func(k string) string { return env[k] }))
+	b, err := replicate.New(replicate.Config{APIToken: token, Models: map[string]string{pipeline.OpVideoSubmit: "wan-video/wan-2.1-t2v-480p"}})
 	if err != nil {
 		t.Fatal(err)
 	}

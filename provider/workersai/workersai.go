@@ -46,7 +46,8 @@ import (
 // Name is the provider name in intent rows and object keys.
 const Name = "workers-ai"
 
-// Environment variables read by ConfigFromEnv.
+// The settings (environment variables) of Config; internal/app reads them,
+// and errors name them.
 const (
 	EnvAccountID   = "EDGEPIPE_CF_ACCOUNT_ID"
 	EnvAPIToken    = "EDGEPIPE_CF_API_TOKEN"
@@ -103,24 +104,6 @@ type Config struct {
 	Client  *http.Client // tests; nil = provider.Caller's own transports
 	Clock   pipeline.Clock
 	Logger  *slog.Logger
-}
-
-// ConfigFromEnv reads the EDGEPIPE_CF_* settings through getenv. It does not
-// validate; New does.
-func ConfigFromEnv(getenv func(string) string) Config {
-	c := Config{
-		BaseURL:   strings.TrimSpace(getenv(EnvAPIBase)),
-		AccountID: strings.TrimSpace(getenv(EnvAccountID)),
-		APIToken:  strings.TrimSpace(getenv(EnvAPIToken)),
-		Models:    map[string]string{},
-	}
-	if m := strings.TrimSpace(getenv(EnvModelImage)); m != "" {
-		c.Models[pipeline.OpImage] = m
-	}
-	if m := strings.TrimSpace(getenv(EnvModelSpeech)); m != "" {
-		c.Models[pipeline.OpSpeech] = m
-	}
-	return c
 }
 
 // Adapter is the Workers AI pipeline.Providers. Create it with New.

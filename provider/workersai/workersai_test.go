@@ -347,11 +347,8 @@ func TestContractsAndUnsupportedVideo(t *testing.T) {
 
 func TestConfig(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{
-		workersai.EnvAccountID: account, workersai.EnvAPIToken: token, workersai.EnvAPIBase: "http://127.0.0.1:9/gw",
-		workersai.EnvModelImage: "@cf/bytedance/stable-diffusion-xl-lightning",
-	}
-	cfg := workersai.ConfigFromEnv(func(k string) string { return env[k] })
+	cfg := workersai.Config{AccountID: account, APIToken: token, BaseURL: "http://127.0.0.1:9/gw",
+		Models: map[string]string{pipeline.OpImage: "@cf/bytedance/stable-diffusion-xl-lightning"}}
 	a, err := workersai.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -54,18 +55,25 @@ func (s *Store) EachJob(ctx context.Context, fn func(pipeline.Job) error) error 
 }
 
 // EachAuditEvent calls fn for every event `edgepipe check` audits (created,
-// status, redrive, and stage starts), ordered by job and then by event id.
-func (s *Store) EachAuditEvent(ctx context.Context, fn func(pipeline.Event) error) error {
+// status, redrive, and stage starts), ordered by job and then by event id,
+// each with its job's instance id (which carries the version prefix the job
+// must run on).
+func (s *Store) EachAuditEvent(ctx context.Context, fn func(pipeline.AuditEvent) error) error {
 	afterJob, afterID := "", int64(0)
 	for {
-		var page []pipeline.Event
-		err := eachRow(s.pool.Query(ctx, `SELECT `+eventColumns+` FROM job_events
-			WHERE kind IN ('created','status','redriven','stage_started') AND (job_id COLLATE "C", id) > ($1, $2)
-			ORDER BY job_id COLLATE "C", id LIMIT 1000`, afterJob, afterID))(func(r pgx.Rows) error {
-			e, err := scanEvent(r)
-			if err != nil {
-				return err
+		var page []pipeline.AuditEvent
+		err := eachRow(s.pool.Query(ctx, `SELECT e.id, e.job_id, e.at, e.kind, e.from_status, e.to_status, e.attempt_id,
+			e.detail_json::text, coalesce(j.instance_id, '')
+			FROM job_events AS e LEFT JOIN jobs AS j ON j.id = e.job_id
+			WHERE e.kind IN ('created','status','redriven','stage_started') AND (e.job_id COLLATE "C", e.id) > ($1, $2)
+			ORDER BY e.job_id COLLATE "C", e.id LIMIT 1000`, afterJob, afterID))(func(r pgx.Rows) error {
+			var e pipeline.AuditEvent
+			var at int64
+			var from, to, detail string
+			if err := r.Scan(&e.ID, &e.JobID, &at, &e.Kind, &from, &to, &e.AttemptID, &detail, &e.InstanceID); err != nil {
+				return translate(err)
 			}
+			e.At, e.FromStatus, e.ToStatus, e.Detail = fromMS(at), pipeline.Status(from), pipeline.Status(to), json.RawMessage(detail)
 			page = append(page, e)
 			return nil
 		})

@@ -60,8 +60,11 @@ type Config struct {
 	// MaxRetries bounds how often a transaction that hit a deadlock or a
 	// serialization failure is run again. Default 8.
 	MaxRetries int
-	Clock      pipeline.Clock
-	Logger     *slog.Logger
+	// Clock is the store's time (leases, backoff, visibility). Default: the
+	// database server's clock, as measured from this process (dbClock), so
+	// processes on machines whose clocks drift still agree on leases.
+	Clock  pipeline.Clock
+	Logger *slog.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -73,9 +76,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxRetries == 0 {
 		c.MaxRetries = 8
-	}
-	if c.Clock == nil {
-		c.Clock = pipeline.SystemClock{}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -122,6 +122,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", translate(err))
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = newDBClock(ctx, pool, time.Minute)
 	}
 	s := &Store{cfg: cfg, pool: pool, clock: cfg.Clock, log: cfg.Logger}
 	if err := s.Migrate(ctx); err != nil {

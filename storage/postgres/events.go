@@ -71,17 +71,24 @@ func (s *Store) AppendEvent(ctx context.Context, lease pipeline.Lease, kind stri
 	})
 }
 
+// webhookJob is what a webhook delivery needs of its job: the internal key
+// the outbox row references, the instance id the payload names (the only
+// id the job's owner knows), and the URL.
+type webhookJob struct {
+	ID, InstanceID, URL string
+}
+
 // enqueueWebhook writes an outbox delivery for a settled job, in the
 // transaction that settled it.
-func enqueueWebhook(ctx context.Context, tx dbtx, now int64, jobID, url string, eventID int64, status pipeline.Status) error {
-	if url == "" || !status.Settled() {
+func enqueueWebhook(ctx context.Context, tx dbtx, now int64, j webhookJob, eventID int64, status pipeline.Status) error {
+	if j.URL == "" || !status.Settled() {
 		return nil
 	}
-	payload, err := json.Marshal(map[string]any{"job_id": jobID, "status": status, "event_id": eventID, "at": fromMS(now)})
+	payload, err := json.Marshal(map[string]any{"job_id": j.InstanceID, "status": status, "event_id": eventID, "at": fromMS(now)})
 	if err != nil {
 		return err
 	}
 	_, err = tx.Exec(ctx, `INSERT INTO webhook_outbox (job_id, event_id, url, payload_json, next_attempt_at, created_at)
-		VALUES ($1, $2, $3, $4, $5, $5)`, jobID, eventID, url, string(payload), now)
+		VALUES ($1, $2, $3, $4, $5, $5)`, j.ID, eventID, j.URL, string(payload), now)
 	return err
 }

@@ -187,8 +187,8 @@ func (s *Store) createGroupTx(tx pgx.Tx, live []createReq, res []createResp) err
 				res[i] = createResp{job: builtJob(live[i].nj, now), created: true}
 				continue
 			}
-			job, created, err := findByKey(ctx, tx, live[i].nj)
-			if err != nil && !errors.Is(err, pipeline.ErrIdempotencyReused) {
+			job, created, err := notInserted(ctx, tx, live[i].nj)
+			if err != nil && !errors.Is(err, pipeline.ErrIdempotencyReused) && !errors.Is(err, pipeline.ErrAlreadyExists) {
 				return err
 			}
 			res[i] = createResp{job: job, created: created, err: err}

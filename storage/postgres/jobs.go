@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -16,7 +17,7 @@ const jobColumns = `id, tenant, operation, idempotency_key, request_fingerprint,
 	workflow_version, queue, status, status_changed_at, created_at, updated_at, attempts, next_run_at,
 	attempt_id, lease_owner, lease_expires_at, stage, units_total, units_done, last_error_class,
 	last_error_code, last_error_message, requires_action, cancel_requested_at, result_key, webhook_url,
-	infra_failures, infra_since, decision, decided_by, decision_reason, decided_at`
+	infra_failures, infra_since, decision, decided_by, decision_reason, decided_at, instance_id`
 
 func scanJob(r pgx.Row) (pipeline.Job, error) {
 	var (
@@ -32,7 +33,7 @@ func scanJob(r pgx.Row) (pipeline.Job, error) {
 		&j.Version, &j.Queue, &status, &statusAt, &createdAt, &updatedAt, &j.Attempts, &nextRun,
 		&attemptID, &owner, &leaseExp, &j.Stage, &j.UnitsTotal, &j.UnitsDone, &errClass,
 		&j.LastErrorCode, &j.LastErrorMessage, &requiresAction, &cancelAt, &resultKey, &j.WebhookURL,
-		&j.InfraFailures, &infraAt, &decision, &j.Decision.Operator, &j.Decision.Reason, &decidedAt)
+		&j.InfraFailures, &infraAt, &decision, &j.Decision.Operator, &j.Decision.Reason, &decidedAt, &j.InstanceID)
 	if err != nil {
 		return pipeline.Job{}, translate(err)
 	}
@@ -73,6 +74,7 @@ func collectJobs(rows pgx.Rows, err error) ([]pipeline.Job, error) {
 // fingerprints match, and an error matching pipeline.ErrIdempotencyReused when
 // they do not. Concurrent calls share one commit (groupcommit.go).
 func (s *Store) CreateJob(ctx context.Context, nj pipeline.NewJob) (job pipeline.Job, created bool, err error) {
+	nj = nj.WithDefaults()
 	if err := validateNewJob(nj); err != nil {
 		return pipeline.Job{}, false, err
 	}
@@ -83,8 +85,10 @@ func (s *Store) CreateJob(ctx context.Context, nj pipeline.NewJob) (job pipeline
 // benchmarks); each follows CreateJob's rules, and the first error rolls the
 // whole batch back.
 func (s *Store) CreateJobs(ctx context.Context, njs []pipeline.NewJob) error {
-	for _, nj := range njs {
-		if err := validateNewJob(nj); err != nil {
+	njs = slices.Clone(njs)
+	for i := range njs {
+		njs[i] = njs[i].WithDefaults()
+		if err := validateNewJob(njs[i]); err != nil {
 			return err
 		}
 	}
@@ -114,18 +118,15 @@ func (s *Store) CreateJobs(ctx context.Context, njs []pipeline.NewJob) error {
 		for i, nj := range queued {
 			if err := br.QueryRow().Scan(&inserted[i]); err != nil {
 				_ = br.Close()
-				if isUnique(err, "jobs_pkey") {
-					return fmt.Errorf("job %s: %w: job id is taken", nj.ID, pipeline.ErrAlreadyExists)
-				}
-				return fmt.Errorf("job %s: %w", nj.ID, err)
+				return fmt.Errorf("job %s: %w", nj.ID, insertJobError(err, nj))
 			}
 		}
 		if err := br.Close(); err != nil {
 			return err
 		}
 		for i, nj := range queued {
-			if inserted[i] == 0 { // the key was used: a replay, or refused
-				if _, _, err := findByKey(ctx, tx, nj); err != nil {
+			if inserted[i] == 0 { // the key was used (a replay, or refused), or the instance id is taken
+				if _, _, err := notInserted(ctx, tx, nj); err != nil {
 					return fmt.Errorf("job %s: %w", nj.ID, err)
 				}
 			}
@@ -144,8 +145,8 @@ func (s *Store) CreateJobs(ctx context.Context, njs []pipeline.NewJob) error {
 }
 
 func validateNewJob(nj pipeline.NewJob) error {
-	if nj.ID == "" || nj.Tenant == "" || nj.Operation == "" || nj.IdempotencyKey == "" || nj.RequestFingerprint == "" {
-		return fmt.Errorf("%w: job id, tenant, operation, idempotency key and fingerprint are required", pipeline.ErrInvalidInput)
+	if nj.ID == "" || nj.InstanceID == "" || nj.Tenant == "" || nj.Operation == "" || nj.IdempotencyKey == "" || nj.RequestFingerprint == "" {
+		return fmt.Errorf("%w: job id, instance id, tenant, operation, idempotency key and fingerprint are required", pipeline.ErrInvalidInput)
 	}
 	if (nj.Queue == "") == (nj.DeadLetterReason == "") {
 		return fmt.Errorf("%w: a new job needs exactly one of a queue or a dead-letter reason", pipeline.ErrInvalidInput)
@@ -157,11 +158,15 @@ func validateNewJob(nj pipeline.NewJob) error {
 // its message in one statement, so a group of submissions is one pipelined
 // round trip. ON CONFLICT on the idempotency index makes a concurrent
 // submission with the same key wait for the first and insert nothing; the
-// caller then reads the winner (findByKey).
+// caller then reads the winner (notInserted). An instance id the tenant
+// already holds inserts nothing either (NOT EXISTS, checked before the
+// primary key could clash): notInserted tells the two apart, the key first,
+// as storage/sqlite does.
 const qCreateQueued = `WITH ins AS (
 	INSERT INTO jobs (id, tenant, operation, idempotency_key, request_fingerprint, input_json, workflow_version,
-		queue, status, status_changed_at, created_at, updated_at, webhook_url)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $9, $9, $10)
+		queue, status, status_changed_at, created_at, updated_at, webhook_url, instance_id)
+	SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $9, $9, $10, $12
+	WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE tenant = $2 AND instance_id = $12)
 	ON CONFLICT (tenant, operation, idempotency_key) DO NOTHING
 	RETURNING id),
 ev AS (
@@ -179,7 +184,7 @@ func createdDetail(nj pipeline.NewJob) string {
 
 func queuedArgs(nj pipeline.NewJob, now int64) []any {
 	return []any{nj.ID, nj.Tenant, nj.Operation, nj.IdempotencyKey, nj.RequestFingerprint, string(nj.Input),
-		nj.Version, nj.Queue, now, nj.WebhookURL, createdDetail(nj)}
+		nj.Version, nj.Queue, now, nj.WebhookURL, createdDetail(nj), nj.InstanceID}
 }
 
 // createJobTx inserts one job inside tx.
@@ -195,13 +200,10 @@ func (s *Store) createJobTx(ctx context.Context, tx pgx.Tx, now int64, nj pipeli
 		return pipeline.Job{}, false, err
 	}
 	if err := tx.QueryRow(ctx, qCreateQueued, queuedArgs(nj, now)...).Scan(&n); err != nil {
-		if isUnique(err, "jobs_pkey") {
-			return pipeline.Job{}, false, fmt.Errorf("%w: job id %s is taken", pipeline.ErrAlreadyExists, nj.ID)
-		}
-		return pipeline.Job{}, false, err
+		return pipeline.Job{}, false, insertJobError(err, nj)
 	}
 	if n == 0 {
-		return findByKey(ctx, tx, nj)
+		return notInserted(ctx, tx, nj)
 	}
 	return builtJob(nj, now), true, nil
 }
@@ -220,25 +222,35 @@ func findByKey(ctx context.Context, q dbtx, nj pipeline.NewJob) (pipeline.Job, b
 	return existing, false, nil
 }
 
+// notInserted resolves a submission that inserted nothing: its key was
+// used (findByKey: a replay or ErrIdempotencyReused), or else the tenant
+// already holds its instance id.
+func notInserted(ctx context.Context, q dbtx, nj pipeline.NewJob) (pipeline.Job, bool, error) {
+	j, created, err := findByKey(ctx, q, nj)
+	if errors.Is(err, pipeline.ErrNotFound) {
+		return pipeline.Job{}, false, fmt.Errorf("%w: instance id %s is taken", pipeline.ErrAlreadyExists, nj.InstanceID)
+	}
+	return j, created, err
+}
+
 // createDeadLetteredTx stores a job that cannot run here directly as
 // dead_lettered, with both its events, its dead letter and its webhook.
 func (s *Store) createDeadLetteredTx(ctx context.Context, tx pgx.Tx, now int64, nj pipeline.NewJob) (pipeline.Job, bool, error) {
 	var id string
 	err := tx.QueryRow(ctx, `INSERT INTO jobs (id, tenant, operation, idempotency_key, request_fingerprint,
 		input_json, workflow_version, queue, status, status_changed_at, created_at, updated_at, webhook_url,
-		last_error_class, last_error_code, last_error_message, requires_action)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'dead_lettered', $9, $9, $9, $10, $11, $12, $13, 1)
+		last_error_class, last_error_code, last_error_message, requires_action, instance_id)
+		SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'dead_lettered', $9, $9, $9, $10, $11, $12, $13, 1, $14
+		WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE tenant = $2 AND instance_id = $14)
 		ON CONFLICT (tenant, operation, idempotency_key) DO NOTHING RETURNING id`,
 		nj.ID, nj.Tenant, nj.Operation, nj.IdempotencyKey, nj.RequestFingerprint, string(nj.Input),
 		nj.Version, nj.Queue, now, nj.WebhookURL,
-		deadLetterClass(nj.DeadLetterReason), nj.DeadLetterReason, deadLetterMessage(nj.DeadLetterReason)).Scan(&id)
+		deadLetterClass(nj.DeadLetterReason), nj.DeadLetterReason, deadLetterMessage(nj.DeadLetterReason), nj.InstanceID).Scan(&id)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return findByKey(ctx, tx, nj)
-	case isUnique(err, "jobs_pkey"):
-		return pipeline.Job{}, false, fmt.Errorf("%w: job id %s is taken", pipeline.ErrAlreadyExists, nj.ID)
+		return notInserted(ctx, tx, nj)
 	case err != nil:
-		return pipeline.Job{}, false, err
+		return pipeline.Job{}, false, insertJobError(err, nj)
 	}
 	if _, err := appendEvent(ctx, tx, now, nj.ID, pipeline.EventCreated, "", pipeline.StatusPending, "",
 		map[string]any{"version": nj.Version, "queue": nj.Queue}); err != nil {
@@ -252,10 +264,25 @@ func (s *Store) createDeadLetteredTx(ctx context.Context, tx pgx.Tx, now int64, 
 	if _, err := insertDeadLetter(ctx, tx, now, nj.ID, nj.DeadLetterQueue, nj.DeadLetterReason, nj.DeadLetterDetail); err != nil {
 		return pipeline.Job{}, false, err
 	}
-	if err := enqueueWebhook(ctx, tx, now, nj.ID, nj.WebhookURL, evID, pipeline.StatusDeadLettered); err != nil {
+	if err := enqueueWebhook(ctx, tx, now, webhookJob{nj.ID, nj.InstanceID, nj.WebhookURL}, evID, pipeline.StatusDeadLettered); err != nil {
 		return pipeline.Job{}, false, err
 	}
 	return builtJob(nj, now), true, nil
+}
+
+// insertJobError translates a refused job insert. The unique index on
+// (tenant, instance_id) means the tenant's id is taken. A clash on the
+// primary key is two tenants whose job keys collide, or a caller that reused
+// an internal key: that says nothing about this tenant's ids, so it must not
+// read as "instance id taken" (docs/design.md §3).
+func insertJobError(err error, nj pipeline.NewJob) error {
+	switch {
+	case isUnique(err, "jobs_tenant_instance"):
+		return fmt.Errorf("%w: instance id %s is taken", pipeline.ErrAlreadyExists, nj.InstanceID)
+	case isUnique(err, "jobs_pkey"):
+		return fmt.Errorf("postgres: job key %s is held by another job: %w", nj.ID, translate(err))
+	}
+	return err
 }
 
 // builtJob is the row just inserted, built instead of read back.
@@ -265,7 +292,7 @@ func builtJob(nj pipeline.NewJob, now int64) pipeline.Job {
 		status = pipeline.StatusDeadLettered
 	}
 	t := fromMS(now)
-	return pipeline.Job{ID: nj.ID, Tenant: nj.Tenant, Operation: nj.Operation, IdempotencyKey: nj.IdempotencyKey,
+	return pipeline.Job{ID: nj.ID, InstanceID: nj.InstanceID, Tenant: nj.Tenant, Operation: nj.Operation, IdempotencyKey: nj.IdempotencyKey,
 		RequestFingerprint: nj.RequestFingerprint, Input: nj.Input, Version: nj.Version, Queue: nj.Queue, Status: status,
 		StatusChangedAt: t, CreatedAt: t, UpdatedAt: t, WebhookURL: nj.WebhookURL,
 		LastErrorClass: pipeline.ErrorClass(deadLetterClass(nj.DeadLetterReason)), LastErrorCode: nj.DeadLetterReason,
@@ -303,10 +330,12 @@ func (s *Store) GetJob(ctx context.Context, id string) (pipeline.Job, error) {
 	return scanJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1`, id))
 }
 
-// GetTenantJob returns a job only if it belongs to tenant; another tenant's
-// job is reported exactly like a missing one.
-func (s *Store) GetTenantJob(ctx context.Context, tenant, id string) (pipeline.Job, error) {
-	return scanJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1 AND tenant = $2`, id, tenant))
+// GetTenantJob returns tenant's job by its instance id (the unique index
+// jobs_tenant_instance). Instance ids are unique per tenant, so another
+// tenant's job with the same id is simply not this tenant's: the answer is
+// exactly that of a missing one.
+func (s *Store) GetTenantJob(ctx context.Context, tenant, instanceID string) (pipeline.Job, error) {
+	return scanJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE tenant = $1 AND instance_id = $2`, tenant, instanceID))
 }
 
 // ListJobs returns jobs newest first, at most Limit (default 50, max 500),
@@ -347,10 +376,16 @@ func (s *Store) ListJobs(ctx context.Context, f pipeline.ListFilter) ([]pipeline
 	if !f.CreatedAfter.IsZero() {
 		q += ` AND created_at >= ` + arg(ms(f.CreatedAfter))
 	}
-	if f.After.ID != "" {
-		q += ` AND (created_at, id) < (` + arg(f.After.CreatedAtMS) + `::bigint, ` + arg(f.After.ID) + `::text)`
+	// A tenant's listing pages by instance id (unique per tenant, and the
+	// id the tenant knows); the operators' listing by internal key.
+	idCol := "instance_id"
+	if f.AllTenants {
+		idCol = "id"
 	}
-	q += ` ORDER BY created_at DESC, id DESC LIMIT ` + arg(f.Limit+1)
+	if f.After.ID != "" {
+		q += ` AND (created_at, ` + idCol + `) < (` + arg(f.After.CreatedAtMS) + `::bigint, ` + arg(f.After.ID) + `::text)`
+	}
+	q += ` ORDER BY created_at DESC, ` + idCol + ` DESC LIMIT ` + arg(f.Limit+1)
 	jobs, err := collectJobs(s.pool.Query(ctx, q, args...))
 	if err != nil {
 		return nil, pipeline.Cursor{}, err
@@ -359,7 +394,10 @@ func (s *Store) ListJobs(ctx context.Context, f pipeline.ListFilter) ([]pipeline
 	if len(jobs) > f.Limit {
 		jobs = jobs[:f.Limit]
 		last := jobs[len(jobs)-1]
-		next = pipeline.Cursor{CreatedAtMS: ms(last.CreatedAt), ID: last.ID}
+		next = pipeline.Cursor{CreatedAtMS: ms(last.CreatedAt), ID: last.InstanceID}
+		if f.AllTenants {
+			next.ID = last.ID
+		}
 	}
 	return jobs, next, nil
 }

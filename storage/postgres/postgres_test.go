@@ -267,3 +267,27 @@ func TestListenerReconnects(t *testing.T) {
 		}
 	}
 }
+
+// The default clock follows the database server's: a wrong offset is
+// corrected by the next measurement.
+func TestDatabaseClock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, newDatabase(t), nil)
+	c, ok := s.clock.(*dbClock)
+	if !ok {
+		t.Fatalf("default clock is %T, want the database clock", s.clock)
+	}
+	c.offset.Store(int64(time.Hour)) // as if this machine ran an hour behind
+	if d := c.Now().Sub(time.Now()); d < 59*time.Minute {
+		t.Fatalf("offset not applied: %s", d)
+	}
+	c.measure(ctx)
+	var server time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&server); err != nil {
+		t.Fatal(err)
+	}
+	if d := c.Now().Sub(server); d < -time.Second || d > time.Second {
+		t.Fatalf("after measuring, the clock is %s off the server's", d)
+	}
+}

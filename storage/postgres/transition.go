@@ -39,8 +39,9 @@ func settle(ctx context.Context, tx pgx.Tx, now int64, jobID string, from pipeli
 		q += ` AND attempt_id = $13 AND lease_expires_at > $2`
 		args = append(args, attemptID)
 	}
-	var queue, webhook string
-	err := tx.QueryRow(ctx, q+` RETURNING queue, webhook_url`, args...).Scan(&queue, &webhook)
+	var queue string
+	hook := webhookJob{ID: jobID}
+	err := tx.QueryRow(ctx, q+` RETURNING queue, webhook_url, instance_id`, args...).Scan(&queue, &hook.URL, &hook.InstanceID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if attemptID != "" {
 			return &pipeline.FenceError{JobID: jobID, AttemptID: attemptID, Op: "finish"}
@@ -88,7 +89,7 @@ func settle(ctx context.Context, tx pgx.Tx, now int64, jobID string, from pipeli
 	if err != nil {
 		return err
 	}
-	return enqueueWebhook(ctx, tx, now, jobID, webhook, evID, o.Status)
+	return enqueueWebhook(ctx, tx, now, hook, evID, o.Status)
 }
 
 // Finish ends the attempt holding lease with outcome o, in one transaction.
@@ -115,22 +116,27 @@ func (s *Store) Release(ctx context.Context, lease pipeline.Lease) error {
 
 // lockJob reads a job and locks its row until the transaction ends.
 func lockJob(ctx context.Context, tx pgx.Tx, jobID, tenant string) (pipeline.Job, error) {
-	return scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1 AND ($2 = '' OR tenant = $2) FOR UPDATE`, jobID, tenant))
+	if tenant != "" { // a tenant names its job by instance id (unique per tenant)
+		return scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE tenant = $1 AND instance_id = $2 FOR UPDATE`, tenant, jobID))
+	}
+	return scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1 FOR UPDATE`, jobID))
 }
 
 // RequestCancel records the owner's cancellation. A job nobody is working on
 // (pending, retry_wait, needs_review) is canceled at once; a running job keeps
 // the request and its attempt honours it at the next boundary. A terminal
-// job refuses with an error matching pipeline.ErrTerminal. tenant "" skips
-// the ownership check (operators).
-func (s *Store) RequestCancel(ctx context.Context, tenant, jobID string) (pipeline.Job, error) {
+// job refuses with an error matching pipeline.ErrTerminal. A tenant names
+// its job by instance id (unique per tenant); tenant "" names it by internal
+// key, without an ownership check (operators).
+func (s *Store) RequestCancel(ctx context.Context, tenant, id string) (pipeline.Job, error) {
 	var job pipeline.Job
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		now := s.now()
-		j, err := lockJob(ctx, tx, jobID, tenant)
+		j, err := lockJob(ctx, tx, id, tenant)
 		if err != nil {
 			return err
 		}
+		jobID := j.ID
 		if j.Status.Terminal() {
 			return &pipeline.TransitionError{From: j.Status, To: pipeline.StatusCanceled}
 		}
@@ -396,7 +402,7 @@ func settleBulk(ctx context.Context, tx pgx.Tx, now int64, fs []Finished, idx []
 	if len(jobs) == 0 {
 		return nil
 	}
-	done := map[string]string{} // job → webhook URL
+	done := map[string]webhookJob{}
 	if err := eachRow(tx.Query(ctx, `UPDATE jobs SET status = u.status, status_changed_at = $1, updated_at = $1,
 		next_run_at = NULL, lease_owner = NULL, lease_expires_at = NULL, requires_action = u.action,
 		last_error_class = u.class, last_error_code = u.code, last_error_message = u.msg,
@@ -404,12 +410,12 @@ func settleBulk(ctx context.Context, tx pgx.Tx, now int64, fs []Finished, idx []
 		FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int[])
 			AS u(job, att, status, class, code, msg, result, action)
 		WHERE jobs.id = u.job AND jobs.attempt_id = u.att AND jobs.status = 'running' AND jobs.lease_expires_at > $1
-		RETURNING jobs.id, jobs.webhook_url`, now, jobs, atts, sts, classes, codes, msgs, results, actions))(func(r pgx.Rows) error {
-		var id, hook string
-		if err := r.Scan(&id, &hook); err != nil {
+		RETURNING jobs.id, jobs.instance_id, jobs.webhook_url`, now, jobs, atts, sts, classes, codes, msgs, results, actions))(func(r pgx.Rows) error {
+		var hook webhookJob
+		if err := r.Scan(&hook.ID, &hook.InstanceID, &hook.URL); err != nil {
 			return err
 		}
-		done[id] = hook
+		done[hook.ID] = hook
 		return nil
 	}); err != nil {
 		return err
@@ -446,8 +452,8 @@ func settleBulk(ctx context.Context, tx pgx.Tx, now int64, fs []Finished, idx []
 		return err
 	}
 	for k, id := range evJobs {
-		if hook := done[id]; hook != "" {
-			if err := enqueueWebhook(ctx, tx, now, id, hook, evIDs[id], pipeline.Status(evSts[k])); err != nil {
+		if hook := done[id]; hook.URL != "" {
+			if err := enqueueWebhook(ctx, tx, now, hook, evIDs[id], pipeline.Status(evSts[k])); err != nil {
 				return err
 			}
 		}

@@ -52,19 +52,22 @@ func (s *Store) EachJob(ctx context.Context, fn func(pipeline.Job) error) error 
 
 // EachAuditEvent calls fn for every event `edgepipe check` audits (created,
 // status, redrive, and stage starts, which name the workflow that ran),
-// ordered by job and then by event id.
-func (s *Store) EachAuditEvent(ctx context.Context, fn func(pipeline.Event) error) error {
-	rows, err := s.read.QueryContext(ctx, `SELECT id, job_id, at, kind, from_status, to_status, attempt_id, detail_json
-		FROM job_events WHERE kind IN ('created','status','redriven','stage_started') ORDER BY job_id, id`)
+// ordered by job and then by event id, each with its job's instance id
+// (which carries the version prefix the job must run on).
+func (s *Store) EachAuditEvent(ctx context.Context, fn func(pipeline.AuditEvent) error) error {
+	rows, err := s.read.QueryContext(ctx, `SELECT e.id, e.job_id, e.at, e.kind, e.from_status, e.to_status, e.attempt_id, e.detail_json,
+		coalesce(j.instance_id, '')
+		FROM job_events AS e LEFT JOIN jobs AS j ON j.id = e.job_id
+		WHERE e.kind IN ('created','status','redriven','stage_started') ORDER BY e.job_id, e.id`)
 	if err != nil {
 		return translate(err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var e pipeline.Event
+		var e pipeline.AuditEvent
 		var at int64
 		var from, to, detail string
-		if err := rows.Scan(&e.ID, &e.JobID, &at, &e.Kind, &from, &to, &e.AttemptID, &detail); err != nil {
+		if err := rows.Scan(&e.ID, &e.JobID, &at, &e.Kind, &from, &to, &e.AttemptID, &detail, &e.InstanceID); err != nil {
 			return translate(err)
 		}
 		e.At, e.FromStatus, e.ToStatus, e.Detail = fromMS(at), pipeline.Status(from), pipeline.Status(to), []byte(detail)

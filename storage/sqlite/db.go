@@ -22,7 +22,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
@@ -95,14 +94,13 @@ func (c Config) Validate() error {
 
 // Store is the SQLite job store and queue.
 type Store struct {
-	cfg       Config
-	write     *sql.DB // exactly one connection
-	stmts     stmtCache
-	group     committer
-	closeOnce sync.Once
-	read      *sql.DB
-	clock     pipeline.Clock
-	log       *slog.Logger
+	cfg   Config
+	write *sql.DB // exactly one connection
+	stmts stmtCache
+	group *committer
+	read  *sql.DB
+	clock pipeline.Clock
+	log   *slog.Logger
 }
 
 // Open opens (creating if needed) the database and applies pending migrations.
@@ -149,6 +147,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	read.SetMaxOpenConns(cfg.ReadConns)
 	read.SetMaxIdleConns(cfg.ReadConns)
 	s.read = read
+	s.group = newCommitter(s.commitGroup)
+	// The committer outlives Open's ctx: it runs until Close.
+	if err := s.group.Start(context.WithoutCancel(ctx)); err != nil {
+		return nil, errors.Join(err, read.Close(), write.Close())
+	}
 	return s, nil
 }
 
@@ -159,9 +162,10 @@ func uriPath(p string) string {
 	return strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(p)
 }
 
-// Close closes both pools.
+// Close stops the group committer (its last group is committed first) and
+// closes both pools.
 func (s *Store) Close() error {
-	s.closeOnce.Do(s.closeGroupSafe)
+	_ = s.group.Stop(context.Background()) // waits for its commit; cannot fail without a deadline
 	s.stmts.close()
 	return errors.Join(s.read.Close(), s.write.Close())
 }
@@ -311,18 +315,6 @@ func timeOf(v sql.NullInt64) time.Time {
 }
 
 var errClosed = errors.New("sqlite: store is closed")
-
-func (s *Store) closeGroupSafe() {
-	started := true
-	s.group.once.Do(func() { // never started: later submissions see it closed
-		started = false
-		s.group.reqs, s.group.stop = make(chan createReq), make(chan struct{})
-		close(s.group.stop)
-	})
-	if started {
-		s.closeGroup()
-	}
-}
 
 // ErrBusy is returned when the database stayed locked by another process for
 // longer than the busy timeout.

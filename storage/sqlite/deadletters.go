@@ -19,9 +19,10 @@ func insertDeadLetter(ctx context.Context, tx *wtx, now int64, jobID, queue, rea
 }
 
 const deadLetterColumns = `d.id, d.job_id, d.queue, d.reason, d.detail, d.dead_lettered_at, d.redriven_at, coalesce(d.redriven_to_queue, ''),
-	d.discarded_at, d.discarded_by, d.discard_reason, j.tenant, j.workflow_version`
+	d.discarded_at, d.discarded_by, d.discard_reason, j.tenant, j.instance_id, j.workflow_version`
 
-// deadLetterFrom joins each dead letter to its job (tenant and version).
+// deadLetterFrom joins each dead letter to its job (tenant, instance id and
+// version).
 const deadLetterFrom = ` FROM dead_letters AS d JOIN jobs AS j ON j.id = d.job_id`
 
 // openDeadLetter is the condition of a dead letter neither redriven nor
@@ -33,7 +34,7 @@ func scanDeadLetter(r rowScanner) (pipeline.DeadLetter, error) {
 	var at int64
 	var redriven, discarded sql.NullInt64
 	if err := r.Scan(&d.ID, &d.JobID, &d.Queue, &d.Reason, &d.Detail, &at, &redriven, &d.RedrivenToQueue,
-		&discarded, &d.DiscardedBy, &d.DiscardReason, &d.Tenant, &d.Version); err != nil {
+		&discarded, &d.DiscardedBy, &d.DiscardReason, &d.Tenant, &d.InstanceID, &d.Version); err != nil {
 		return d, translate(err)
 	}
 	d.DeadLetteredAt, d.RedrivenAt, d.DiscardedAt = fromMS(at), timeOf(redriven), timeOf(discarded)

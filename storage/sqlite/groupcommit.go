@@ -29,26 +29,74 @@ type createResp struct {
 	err     error
 }
 
+// committer is the group-commit loop, a pipeline.Service like every other
+// long-running part: Open starts it, Close stops it. It runs once: after
+// Stop (even a Stop before any Start) submissions are refused with
+// errClosed and Start is an error. Stop twice is a no-op.
 type committer struct {
-	once sync.Once
-	reqs chan createReq
-	stop chan struct{}
-	done chan struct{}
+	svc    pipeline.Service
+	commit func([]createReq)
+	reqs   chan createReq
+	// closed is closed by the first Stop, once the loop has ended: a
+	// submitter waiting on it knows its request will never run.
+	closed chan struct{}
+
+	mu      sync.Mutex
+	stopped bool
 }
 
-func (s *Store) submitGrouped(ctx context.Context, nj pipeline.NewJob) (pipeline.Job, bool, error) {
-	s.group.once.Do(func() {
-		s.group.reqs = make(chan createReq, maxGroup)
-		s.group.stop = make(chan struct{})
-		s.group.done = make(chan struct{})
-		go s.groupLoop()
-	})
+var _ pipeline.Starter = (*committer)(nil)
+
+func newCommitter(commit func([]createReq)) *committer {
+	return &committer{commit: commit, reqs: make(chan createReq, maxGroup), closed: make(chan struct{})}
+}
+
+// Start runs the loop until Stop. ctx should not be a request's: its end
+// stops the loop too.
+func (c *committer) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return errClosed
+	}
+	return c.svc.Start(ctx, c.loop)
+}
+
+// Stop ends the loop after the group it is committing, then answers every
+// request still queued with errClosed. ctx only bounds the wait for the
+// Service; a commit in progress is never interrupted.
+func (c *committer) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return nil
+	}
+	c.stopped = true
+	err := c.svc.Stop(ctx)
+	close(c.closed)
+	for {
+		select {
+		case r := <-c.reqs:
+			r.resp <- createResp{err: errClosed}
+		default:
+			return err
+		}
+	}
+}
+
+// submit hands nj to the loop and waits for its answer.
+func (c *committer) submit(ctx context.Context, nj pipeline.NewJob) (pipeline.Job, bool, error) {
 	r := createReq{ctx: ctx, nj: nj, resp: make(chan createResp, 1)}
 	select {
-	case s.group.reqs <- r:
+	case <-c.closed:
+		return pipeline.Job{}, false, errClosed
+	default:
+	}
+	select {
+	case c.reqs <- r:
 	case <-ctx.Done():
 		return pipeline.Job{}, false, ctx.Err()
-	case <-s.group.stop:
+	case <-c.closed:
 		return pipeline.Job{}, false, errClosed
 	}
 	// Once queued the request is committed or refused by the loop; waiting
@@ -56,36 +104,35 @@ func (s *Store) submitGrouped(ctx context.Context, nj pipeline.NewJob) (pipeline
 	select {
 	case res := <-r.resp:
 		return res.job, res.created, res.err
-	case <-s.group.done:
+	case <-c.closed:
 		select { // answered just before the loop ended?
 		case res := <-r.resp:
 			return res.job, res.created, res.err
 		default:
-			return pipeline.Job{}, false, errClosed // queued after the store closed: never run
+			return pipeline.Job{}, false, errClosed // queued after the loop ended: never run
 		}
 	}
 }
 
-func (s *Store) groupLoop() {
-	defer close(s.group.done)
+func (c *committer) loop(ctx context.Context) {
 	batch := make([]createReq, 0, maxGroup)
 	for {
 		select {
-		case <-s.group.stop:
+		case <-ctx.Done():
 			return
-		case r := <-s.group.reqs:
+		case r := <-c.reqs:
 			batch = append(batch[:0], r)
 		}
 	fill:
 		for len(batch) < maxGroup {
 			select {
-			case r := <-s.group.reqs:
+			case r := <-c.reqs:
 				batch = append(batch, r)
 			default:
 				break fill
 			}
 		}
-		s.commitGroup(batch)
+		c.commit(batch)
 	}
 }
 
@@ -118,22 +165,5 @@ func (s *Store) commitGroup(batch []createReq) {
 			res[i] = createResp{err: err}
 		}
 		r.resp <- res[i]
-	}
-}
-
-func (s *Store) closeGroup() {
-	if s.group.stop == nil {
-		return
-	}
-	close(s.group.stop)
-	<-s.group.done
-	// Answer anything still queued.
-	for {
-		select {
-		case r := <-s.group.reqs:
-			r.resp <- createResp{err: errClosed}
-		default:
-			return
-		}
 	}
 }

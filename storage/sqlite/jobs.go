@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"edgepipe/pipeline"
 )
@@ -14,7 +16,7 @@ const jobColumns = `id, tenant, operation, idempotency_key, request_fingerprint,
 	workflow_version, queue, status, status_changed_at, created_at, updated_at, attempts, next_run_at,
 	attempt_id, lease_owner, lease_expires_at, stage, units_total, units_done, last_error_class,
 	last_error_code, last_error_message, requires_action, cancel_requested_at, result_key, webhook_url,
-	infra_failures, infra_since, decision, decided_by, decision_reason, decided_at`
+	infra_failures, infra_since, decision, decided_by, decision_reason, decided_at, instance_id`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -34,7 +36,7 @@ func scanJob(r rowScanner) (pipeline.Job, error) {
 		&j.Version, &j.Queue, &status, &statusAt, &createdAt, &updatedAt, &j.Attempts, &nextRun,
 		&attemptID, &owner, &leaseExp, &j.Stage, &j.UnitsTotal, &j.UnitsDone, &errClass,
 		&j.LastErrorCode, &j.LastErrorMessage, &requiresAction, &cancelAt, &resultKey, &j.WebhookURL,
-		&j.InfraFailures, &infraAt, &decision, &j.Decision.Operator, &j.Decision.Reason, &decidedAt)
+		&j.InfraFailures, &infraAt, &decision, &j.Decision.Operator, &j.Decision.Reason, &decidedAt, &j.InstanceID)
 	if err != nil {
 		return pipeline.Job{}, translate(err)
 	}
@@ -59,18 +61,21 @@ func scanJob(r rowScanner) (pipeline.Job, error) {
 // fingerprints match, and an error matching pipeline.ErrIdempotencyReused when
 // they do not.
 func (s *Store) CreateJob(ctx context.Context, nj pipeline.NewJob) (job pipeline.Job, created bool, err error) {
+	nj = nj.WithDefaults()
 	if err := validateNewJob(nj); err != nil {
 		return pipeline.Job{}, false, err
 	}
-	return s.submitGrouped(ctx, nj)
+	return s.group.submit(ctx, nj)
 }
 
 // CreateJobs inserts many jobs in one transaction (bulk submission and the
 // burn-down benchmark); each follows CreateJob's rules, and the first error
 // rolls the whole batch back.
 func (s *Store) CreateJobs(ctx context.Context, njs []pipeline.NewJob) error {
-	for _, nj := range njs {
-		if err := validateNewJob(nj); err != nil {
+	njs = slices.Clone(njs)
+	for i := range njs {
+		njs[i] = njs[i].WithDefaults()
+		if err := validateNewJob(njs[i]); err != nil {
 			return err
 		}
 	}
@@ -86,8 +91,8 @@ func (s *Store) CreateJobs(ctx context.Context, njs []pipeline.NewJob) error {
 }
 
 func validateNewJob(nj pipeline.NewJob) error {
-	if nj.ID == "" || nj.Tenant == "" || nj.Operation == "" || nj.IdempotencyKey == "" || nj.RequestFingerprint == "" {
-		return fmt.Errorf("%w: job id, tenant, operation, idempotency key and fingerprint are required", pipeline.ErrInvalidInput)
+	if nj.ID == "" || nj.InstanceID == "" || nj.Tenant == "" || nj.Operation == "" || nj.IdempotencyKey == "" || nj.RequestFingerprint == "" {
+		return fmt.Errorf("%w: job id, instance id, tenant, operation, idempotency key and fingerprint are required", pipeline.ErrInvalidInput)
 	}
 	if (nj.Queue == "") == (nj.DeadLetterReason == "") {
 		return fmt.Errorf("%w: a new job needs exactly one of a queue or a dead-letter reason", pipeline.ErrInvalidInput)
@@ -112,22 +117,29 @@ func (s *Store) createJobTx(ctx context.Context, tx *wtx, now int64, nj pipeline
 	case !errors.Is(err, pipeline.ErrNotFound):
 		return job, false, err
 	}
+	// Instance ids are unique per tenant: only this tenant's jobs can make
+	// one taken. (One writer at a time: nothing can slip in between.)
+	var taken string
+	err = tx.QueryRowContext(ctx, `SELECT id FROM jobs WHERE tenant = ? AND instance_id = ?`, nj.Tenant, nj.InstanceID).Scan(&taken)
+	switch err = translate(err); {
+	case err == nil:
+		return job, false, fmt.Errorf("%w: instance id %s is taken", pipeline.ErrAlreadyExists, nj.InstanceID)
+	case !errors.Is(err, pipeline.ErrNotFound):
+		return job, false, err
+	}
 	status := pipeline.StatusPending
 	if nj.DeadLetterReason != "" {
 		status = pipeline.StatusDeadLettered
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO jobs (id, tenant, operation, idempotency_key, request_fingerprint,
+	_, err = tx.ExecContext(ctx, `INSERT INTO jobs (id, instance_id, tenant, operation, idempotency_key, request_fingerprint,
 		input_json, workflow_version, queue, status, status_changed_at, created_at, updated_at, webhook_url,
 		last_error_class, last_error_code, last_error_message, requires_action)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		nj.ID, nj.Tenant, nj.Operation, nj.IdempotencyKey, nj.RequestFingerprint, string(nj.Input),
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		nj.ID, nj.InstanceID, nj.Tenant, nj.Operation, nj.IdempotencyKey, nj.RequestFingerprint, string(nj.Input),
 		nj.Version, nj.Queue, status, now, now, now, nj.WebhookURL,
 		deadLetterClass(nj.DeadLetterReason), nj.DeadLetterReason, deadLetterMessage(nj.DeadLetterReason), boolInt(nj.DeadLetterReason != ""))
 	if err != nil {
-		if errors.Is(translate(err), ErrConstraint) {
-			return job, false, fmt.Errorf("%w: job id %s is taken", pipeline.ErrAlreadyExists, nj.ID)
-		}
-		return job, false, err
+		return job, false, insertJobError(err, nj)
 	}
 	evID, err := appendEvent(ctx, tx, now, nj.ID, pipeline.EventCreated, "", pipeline.StatusPending, "", map[string]any{"version": nj.Version, "queue": nj.Queue})
 	if err != nil {
@@ -142,7 +154,7 @@ func (s *Store) createJobTx(ctx context.Context, tx *wtx, now int64, nj pipeline
 		if _, err := insertDeadLetter(ctx, tx, now, nj.ID, nj.DeadLetterQueue, nj.DeadLetterReason, nj.DeadLetterDetail); err != nil {
 			return job, false, err
 		}
-		if err := enqueueWebhook(ctx, tx, now, nj.ID, nj.WebhookURL, evID, pipeline.StatusDeadLettered); err != nil {
+		if err := enqueueWebhook(ctx, tx, now, webhookJob{nj.ID, nj.InstanceID, nj.WebhookURL}, evID, pipeline.StatusDeadLettered); err != nil {
 			return job, false, err
 		}
 	} else if err := enqueue(ctx, tx, now, nj.Queue, nj.ID, now); err != nil {
@@ -154,11 +166,27 @@ func (s *Store) createJobTx(ctx context.Context, tx *wtx, now int64, nj pipeline
 	// The row is exactly what was just inserted; build it instead of
 	// reading it back (this runs once per submission, inside the commit).
 	t := fromMS(now)
-	job = pipeline.Job{ID: nj.ID, Tenant: nj.Tenant, Operation: nj.Operation, IdempotencyKey: nj.IdempotencyKey,
+	job = pipeline.Job{ID: nj.ID, InstanceID: nj.InstanceID, Tenant: nj.Tenant, Operation: nj.Operation, IdempotencyKey: nj.IdempotencyKey,
 		RequestFingerprint: nj.RequestFingerprint, Input: nj.Input, Version: nj.Version, Queue: nj.Queue, Status: status,
 		StatusChangedAt: t, CreatedAt: t, UpdatedAt: t, WebhookURL: nj.WebhookURL,
 		LastErrorClass: pipeline.ErrorClass(deadLetterClass(nj.DeadLetterReason)), LastErrorCode: nj.DeadLetterReason, LastErrorMessage: deadLetterMessage(nj.DeadLetterReason), RequiresAction: nj.DeadLetterReason != ""}
 	return job, true, nil
+}
+
+// insertJobError translates a refused job insert. The unique index on
+// (tenant, instance_id) means the tenant's id is taken (checked before the
+// insert, so only a racing writer of another process gets here). A clash on
+// the primary key is two tenants whose job keys collide, or a caller that
+// reused an internal key: that says nothing about this tenant's ids, so it
+// must not read as "instance id taken" (docs/design.md §3).
+func insertJobError(err error, nj pipeline.NewJob) error {
+	if !errors.Is(translate(err), ErrConstraint) {
+		return err
+	}
+	if strings.Contains(err.Error(), "jobs.instance_id") {
+		return fmt.Errorf("%w: instance id %s is taken", pipeline.ErrAlreadyExists, nj.InstanceID)
+	}
+	return fmt.Errorf("sqlite: job key %s is held by another job: %w", nj.ID, err)
 }
 
 // deadLetterClass is the error class of a job dead-lettered at submission:
@@ -199,10 +227,12 @@ func (s *Store) GetJob(ctx context.Context, id string) (pipeline.Job, error) {
 	return scanJob(s.read.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id))
 }
 
-// GetTenantJob returns a job only if it belongs to tenant; another tenant's
-// job is reported exactly like a missing one.
-func (s *Store) GetTenantJob(ctx context.Context, tenant, id string) (pipeline.Job, error) {
-	return scanJob(s.read.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ? AND tenant = ?`, id, tenant))
+// GetTenantJob returns tenant's job by its instance id (the unique index
+// jobs_tenant_instance). Instance ids are unique per tenant, so another
+// tenant's job with the same id is simply not this tenant's: the answer is
+// exactly that of a missing one.
+func (s *Store) GetTenantJob(ctx context.Context, tenant, instanceID string) (pipeline.Job, error) {
+	return scanJob(s.read.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE tenant = ? AND instance_id = ?`, tenant, instanceID))
 }
 
 // ListJobs returns jobs newest first, at most Limit (default 50, max 500),
@@ -242,11 +272,17 @@ func (s *Store) ListJobs(ctx context.Context, f pipeline.ListFilter) ([]pipeline
 		q += ` AND created_at >= ?`
 		args = append(args, ms(f.CreatedAfter))
 	}
+	// A tenant's listing pages by instance id (unique per tenant, and the
+	// id the tenant knows); the operators' listing by internal key.
+	idCol := "instance_id"
+	if f.AllTenants {
+		idCol = "id"
+	}
 	if f.After.ID != "" {
-		q += ` AND (created_at < ? OR (created_at = ? AND id < ?))`
+		q += ` AND (created_at < ? OR (created_at = ? AND ` + idCol + ` < ?))`
 		args = append(args, f.After.CreatedAtMS, f.After.CreatedAtMS, f.After.ID)
 	}
-	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
+	q += ` ORDER BY created_at DESC, ` + idCol + ` DESC LIMIT ?`
 	args = append(args, f.Limit+1)
 	rows, err := s.read.QueryContext(ctx, q, args...)
 	if err != nil {
@@ -268,7 +304,10 @@ func (s *Store) ListJobs(ctx context.Context, f pipeline.ListFilter) ([]pipeline
 	if len(jobs) > f.Limit {
 		jobs = jobs[:f.Limit]
 		last := jobs[len(jobs)-1]
-		next = pipeline.Cursor{CreatedAtMS: ms(last.CreatedAt), ID: last.ID}
+		next = pipeline.Cursor{CreatedAtMS: ms(last.CreatedAt), ID: last.InstanceID}
+		if f.AllTenants {
+			next.ID = last.ID
+		}
 	}
 	return jobs, next, nil
 }

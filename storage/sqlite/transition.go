@@ -41,8 +41,9 @@ func settle(ctx context.Context, tx *wtx, now int64, jobID string, from pipeline
 		q += ` AND attempt_id = ? AND lease_expires_at > ?`
 		args = append(args, attemptID, now)
 	}
-	var queue, webhook string
-	err := tx.QueryRowContext(ctx, q+` RETURNING queue, webhook_url`, args...).Scan(&queue, &webhook)
+	var queue string
+	hook := webhookJob{ID: jobID}
+	err := tx.QueryRowContext(ctx, q+` RETURNING queue, webhook_url, instance_id`, args...).Scan(&queue, &hook.URL, &hook.InstanceID)
 	if errors.Is(err, sql.ErrNoRows) {
 		if attemptID != "" {
 			return &pipeline.FenceError{JobID: jobID, AttemptID: attemptID, Op: "finish"}
@@ -90,7 +91,7 @@ func settle(ctx context.Context, tx *wtx, now int64, jobID string, from pipeline
 	if err != nil {
 		return err
 	}
-	return enqueueWebhook(ctx, tx, now, jobID, webhook, evID, o.Status)
+	return enqueueWebhook(ctx, tx, now, hook, evID, o.Status)
 }
 
 func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
@@ -206,23 +207,23 @@ func (s *Store) settleBulk(ctx context.Context, tx *wtx, now int64, fs []Finishe
 	}
 	// One prepared UPDATE per job: an UPDATE … FROM json_each lets the
 	// planner scan jobs in the outer loop, which is far slower.
-	done := map[string]string{}
+	done := map[string]webhookJob{}
 	for _, it := range items {
-		var id, hook string
+		var hook webhookJob
 		err := tx.QueryRowContext(ctx, `UPDATE jobs SET status = ?1, status_changed_at = ?2, updated_at = ?2,
 			next_run_at = NULL, lease_owner = NULL, lease_expires_at = NULL, requires_action = ?3,
 			last_error_class = ?4, last_error_code = ?5, last_error_message = ?6, result_key = coalesce(?7, result_key),
 			infra_since = NULL
 			WHERE id = ?8 AND attempt_id = ?9 AND status = 'running' AND lease_expires_at > ?2
-			RETURNING id, webhook_url`, it.Status, now, it.RequiresAction, it.ErrClass, it.ErrCode, it.ErrMsg,
-			it.ResultKey, it.Job, it.Attempt).Scan(&id, &hook)
+			RETURNING id, instance_id, webhook_url`, it.Status, now, it.RequiresAction, it.ErrClass, it.ErrCode, it.ErrMsg,
+			it.ResultKey, it.Job, it.Attempt).Scan(&hook.ID, &hook.InstanceID, &hook.URL)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}
 		if err != nil {
 			return err
 		}
-		done[id] = hook
+		done[hook.ID] = hook
 	}
 	for _, i := range idx {
 		if errs[i] == nil {
@@ -251,14 +252,14 @@ func (s *Store) settleBulk(ctx context.Context, tx *wtx, now int64, fs []Finishe
 	}
 	for _, it := range items {
 		hook, ok := done[it.Job]
-		if !ok || hook == "" {
+		if !ok || hook.URL == "" {
 			continue
 		}
 		var evID int64
 		if err := tx.QueryRowContext(ctx, `SELECT max(id) FROM job_events WHERE job_id = ?`, it.Job).Scan(&evID); err != nil {
 			return err
 		}
-		if err := enqueueWebhook(ctx, tx, now, it.Job, hook, evID, pipeline.Status(it.Status)); err != nil {
+		if err := enqueueWebhook(ctx, tx, now, hook, evID, pipeline.Status(it.Status)); err != nil {
 			return err
 		}
 	}
@@ -284,16 +285,22 @@ func (s *Store) Release(ctx context.Context, lease pipeline.Lease) error {
 // RequestCancel records the owner's cancellation. A job nobody is working on
 // (pending, retry_wait, needs_review) is canceled at once; a running job keeps
 // the request and its attempt honours it at the next boundary. A terminal
-// job refuses with an error matching pipeline.ErrTerminal. tenant "" skips
-// the ownership check (operators).
-func (s *Store) RequestCancel(ctx context.Context, tenant, jobID string) (pipeline.Job, error) {
+// job refuses with an error matching pipeline.ErrTerminal. A tenant names
+// its job by instance id (unique per tenant); tenant "" names it by internal
+// key, without an ownership check (operators).
+func (s *Store) RequestCancel(ctx context.Context, tenant, id string) (pipeline.Job, error) {
 	var job pipeline.Job
 	err := s.inTx(ctx, func(tx *wtx) error {
 		now := s.now()
-		j, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ? AND (? = '' OR tenant = ?)`, jobID, tenant, tenant))
+		q, args := `SELECT `+jobColumns+` FROM jobs WHERE tenant = ? AND instance_id = ?`, []any{tenant, id}
+		if tenant == "" {
+			q, args = `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, []any{id}
+		}
+		j, err := scanJob(tx.QueryRowContext(ctx, q, args...))
 		if err != nil {
 			return err
 		}
+		jobID := j.ID
 		if j.Status.Terminal() {
 			return &pipeline.TransitionError{From: j.Status, To: pipeline.StatusCanceled}
 		}

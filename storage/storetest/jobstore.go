@@ -446,9 +446,9 @@ func testTriggerMatchesTransitionTable(t *testing.T, h *Harness) {
 			id := fmt.Sprintf("v1-t%d", i)
 			// The trigger guards updates; inserting in any status is how a
 			// row gets into `from` without walking the graph.
-			if _, err := s.write.ExecContext(ctx, `INSERT INTO jobs (id, tenant, operation, idempotency_key,
+			if _, err := s.write.ExecContext(ctx, `INSERT INTO jobs (id, instance_id, tenant, operation, idempotency_key,
 				request_fingerprint, input_json, workflow_version, queue, status, status_changed_at, created_at, updated_at)
-				VALUES (?, 't', 'op', ?, 'fp', '{}', 'v1', 'render-v1', ?, 0, 0, 0)`, id, id, string(from)); err != nil {
+				VALUES (?, ?, 't', 'op', ?, 'fp', '{}', 'v1', 'render-v1', ?, 0, 0, 0)`, id, id, id, string(from)); err != nil {
 				t.Fatal(err)
 			}
 			_, err := s.write.ExecContext(ctx, `UPDATE jobs SET status = ? WHERE id = ?`, string(to), id)

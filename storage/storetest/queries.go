@@ -608,7 +608,7 @@ func testEachAuditEvent(t *testing.T, h *Harness) {
 	clock := pipeline.NewManualClock(t0)
 	s := h.open(t, clock)
 	calls := 0
-	if err := s.EachAuditEvent(ctx, func(pipeline.Event) error { calls++; return nil }); err != nil || calls != 0 {
+	if err := s.EachAuditEvent(ctx, func(pipeline.AuditEvent) error { calls++; return nil }); err != nil || calls != 0 {
 		t.Fatalf("empty store: %d calls, %v", calls, err)
 	}
 	// v1-y is created first (it has the lowest event ids) but sorts last.
@@ -674,7 +674,13 @@ func testEachAuditEvent(t *testing.T, h *Harness) {
 		}
 	}
 	var got []pipeline.Event
-	if err := s.EachAuditEvent(ctx, func(e pipeline.Event) error { got = append(got, e); return nil }); err != nil {
+	if err := s.EachAuditEvent(ctx, func(e pipeline.AuditEvent) error {
+		if e.InstanceID != e.JobID { // jobs created without an instance id are addressed by their key
+			t.Errorf("event %d of %s: instance id %q", e.ID, e.JobID, e.InstanceID)
+		}
+		got = append(got, e.Event)
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != len(wantSeq) {
@@ -696,8 +702,8 @@ func testEachAuditEvent(t *testing.T, h *Harness) {
 	}
 
 	var seen []pipeline.Event
-	err = s.EachAuditEvent(ctx, func(e pipeline.Event) error {
-		seen = append(seen, e)
+	err = s.EachAuditEvent(ctx, func(e pipeline.AuditEvent) error {
+		seen = append(seen, e.Event)
 		if len(seen) == 4 {
 			return errStop
 		}

@@ -90,4 +90,7 @@ var suite = []struct {
 	{"ListJobsVersionAndAge", testListJobsVersionAndAge},
 	{"FinishManyIsolatesFencedAttempts", testFinishManyIsolatesFencedAttempts},
 	{"FinishManyMixedBatch", testFinishManyMixedBatch},
+	{"InstanceIDsArePerTenant", testInstanceIDsArePerTenant},
+	{"TenantInstanceIDUniqueInDatabase", testTenantInstanceIDUniqueInDatabase},
+	{"WebhookPayloadCarriesInstanceID", testWebhookPayloadCarriesInstanceID},
 }

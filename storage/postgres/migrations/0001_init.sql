@@ -7,7 +7,8 @@
 -- and cursors order the same whatever the server's locale.
 
 CREATE TABLE jobs (
-    id                  TEXT COLLATE "C" PRIMARY KEY, -- the workflow instance id, e.g. v1-01J...
+    id                  TEXT COLLATE "C" PRIMARY KEY, -- the internal job key (pipeline.JobKey), e.g. v1-01J....t2d45977e49a75f92
+    instance_id         TEXT COLLATE "C" NOT NULL CHECK (instance_id <> ''), -- the caller-visible id, unique per tenant
     tenant              TEXT NOT NULL,
     operation           TEXT NOT NULL,
     idempotency_key     TEXT NOT NULL,
@@ -45,7 +46,11 @@ CREATE TABLE jobs (
 );
 -- DESIGN §3: two concurrent submissions with one key create one job.
 CREATE UNIQUE INDEX jobs_idempotency ON jobs (tenant, operation, idempotency_key);
-CREATE INDEX jobs_tenant_created ON jobs (tenant, created_at, id);
+-- Job ids are unique per tenant (docs/design.md §3): every tenant-facing
+-- lookup resolves (tenant, instance_id) here, and a tenant's listing pages by
+-- (created_at, instance_id) so its cursor carries the id the tenant knows.
+CREATE UNIQUE INDEX jobs_tenant_instance ON jobs (tenant, instance_id);
+CREATE INDEX jobs_tenant_created ON jobs (tenant, created_at, instance_id);
 CREATE INDEX jobs_created ON jobs (created_at, id);
 CREATE INDEX jobs_attention ON jobs (updated_at) WHERE requires_action = 1;
 CREATE INDEX jobs_status ON jobs (status);

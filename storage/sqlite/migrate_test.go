@@ -1,0 +1,143 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"maps"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"edgepipe/pipeline"
+)
+
+// openAtVersion creates a database at schema version n (the first n
+// migrations, recorded as migrate records them) and returns it raw.
+func openAtVersion(t *testing.T, path string, n int) *sql.DB {
+	t.Helper()
+	ctx := context.Background()
+	ms, err := loadMigrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite3", "file:"+uriPath(path)+"?_foreign_keys=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(1)
+	if _, err := db.ExecContext(ctx, `CREATE TABLE schema_migrations (
+		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms[:n] {
+		if _, err := db.ExecContext(ctx, m.sql); err != nil {
+			t.Fatalf("%s: %v", m.name, err)
+		}
+		if _, err := db.ExecContext(ctx, `INSERT INTO schema_migrations VALUES (?, ?, 0)`, m.version, m.name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return db
+}
+
+// schemaSQL returns the stored SQL of every trigger (or index) by name.
+func schemaSQL(t *testing.T, db interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, typ string) map[string]string {
+	t.Helper()
+	rows, err := db.QueryContext(context.Background(), `SELECT name, coalesce(sql, '') FROM sqlite_master WHERE type = ?`, typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var name, text string
+		if err := rows.Scan(&name, &text); err != nil {
+			t.Fatal(err)
+		}
+		out[name] = text
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Migration 0005 on a database with jobs: every job gets its id as its
+// instance id (and keeps its id as its internal key), a terminal job
+// included, and the triggers that guard jobs are what they were — a
+// finished job is still immutable.
+func TestMigration0005BackfillsInstanceIDs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "old.db")
+	old := openAtVersion(t, path, 4)
+	for _, r := range []struct{ id, tenant, status string }{
+		{"v1-open", "acme", "pending"},
+		{"v1-done", "acme", "succeeded"},
+		{"v2-gone", "globex", "canceled"},
+	} {
+		if _, err := old.ExecContext(ctx, `INSERT INTO jobs (id, tenant, operation, idempotency_key, request_fingerprint,
+			input_json, workflow_version, queue, status, status_changed_at, created_at, updated_at)
+			VALUES (?, ?, 'render_video', ?, 'fp', '{}', 'v1', 'render-v1', ?, 1, 1, 1)`, r.id, r.tenant, "k-"+r.id, r.status); err != nil {
+			t.Fatal(err)
+		}
+	}
+	triggersBefore := schemaSQL(t, old, "trigger")
+	if _, ok := triggersBefore["jobs_terminal_frozen"]; !ok {
+		t.Fatal("fixture: no jobs_terminal_frozen at schema 4")
+	}
+	if _, err := old.ExecContext(ctx, `UPDATE jobs SET attempts = 1 WHERE id = 'v1-done'`); err == nil {
+		t.Fatal("fixture: a terminal job changed at schema 4")
+	}
+	old.Close()
+
+	s := openTest(t, path, nil) // applies 0005
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 5 {
+		t.Fatalf("schema version %d, %v; want 5", v, err)
+	}
+	for _, tc := range []struct{ tenant, id string }{{"acme", "v1-open"}, {"acme", "v1-done"}, {"globex", "v2-gone"}} {
+		j, err := s.GetTenantJob(ctx, tc.tenant, tc.id)
+		if err != nil || j.ID != tc.id || j.InstanceID != tc.id {
+			t.Fatalf("%s's %s after migration: %+v, %v", tc.tenant, tc.id, j, err)
+		}
+	}
+	after := schemaSQL(t, s.read, "trigger")
+	for name, text := range triggersBefore {
+		if after[name] != text {
+			t.Errorf("trigger %s changed by the migration:\nbefore %s\nafter  %s", name, text, after[name])
+		}
+	}
+	if _, ok := after["jobs_instance_id_required"]; !ok {
+		t.Error("no jobs_instance_id_required trigger")
+	}
+	if idx := schemaSQL(t, s.read, "index"); idx["jobs_tenant_instance"] == "" {
+		t.Errorf("no jobs_tenant_instance index: %v", slices.Sorted(maps.Keys(idx)))
+	}
+	// Terminal is still terminal: neither a column nor the new one moves.
+	for _, q := range []string{
+		`UPDATE jobs SET attempts = 7 WHERE id = 'v1-done'`,
+		`UPDATE jobs SET instance_id = 'v1-renamed' WHERE id = 'v2-gone'`,
+	} {
+		if _, err := s.write.ExecContext(ctx, q); !errors.Is(translate(err), pipeline.ErrTerminal) {
+			t.Errorf("%s on a terminal job after the migration: %v, want it refused", q, err)
+		}
+	}
+	// The migrated store takes new jobs by the new rule: globex may now
+	// use acme's old id, acme may not reuse its own.
+	mustCreate(t, s, tenantJob("globex", "v1-done", "k-new"))
+	if _, _, err := s.CreateJob(ctx, tenantJob("acme", "v1-open", "k-new")); !errors.Is(err, pipeline.ErrAlreadyExists) {
+		t.Fatalf("acme's own migrated id again: %v, want ErrAlreadyExists", err)
+	}
+}
+
+// tenantJob is tenant's job submitted as instanceID, keyed as the API keys
+// it (pipeline.JobKey).
+func tenantJob(tenant, instanceID, key string) pipeline.NewJob {
+	nj := newJob(pipeline.JobKey(tenant, instanceID))
+	nj.InstanceID, nj.Tenant, nj.IdempotencyKey = instanceID, tenant, key
+	return nj
+}
