@@ -15,6 +15,8 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/network"
 	"github.com/testcontainers/testcontainers-go/wait"
+
+	"edgepipe/pipeline"
 )
 
 // pgImage is built by docker/images.sh from docker/postgres.Dockerfile.
@@ -157,7 +159,9 @@ func TestPostgresTopology(t *testing.T) {
 	for _, v := range []string{"v1", "v2"} {
 		j := s.waitSettled(ctx, ids[v], "succeeded", 4*time.Minute)
 		settledAfter := time.Since(submitted).Round(100 * time.Millisecond)
-		story, err := s.apiClient(adminToken).JobStory(ctx, j.ID)
+		// The operator API addresses jobs by their internal key (the
+		// tenant of tenantToken is acme).
+		story, err := s.apiClient(adminToken).JobStory(ctx, pipeline.JobKey("acme", j.ID))
 		if err != nil {
 			t.Fatalf("GET /v1/admin/jobs/%s: %v", j.ID, err)
 		}
