@@ -2,7 +2,7 @@
 GO ?= go
 export CGO_ENABLED := 1
 
-.PHONY: setup run test test-postgres build vet bench demo images acceptance up chaos mutation chromium
+.PHONY: setup run test test-postgres build vet bench demo images acceptance up up-postgres chaos mutation chromium
 
 build:
 	$(GO) build -o bin/edgepipe ./cmd/edgepipe
@@ -43,6 +43,10 @@ chromium:
 
 up: images
 	docker-compose up -d
+
+# The scale-out topology: Postgres + MinIO + API + 2 workers (API on :8180).
+up-postgres: images
+	docker-compose -p edgepipe-pg -f docker-compose.postgres.yml up -d
 
 chaos: build
 	./scripts/chaos.sh

@@ -165,7 +165,7 @@ func (s *stack) deadLetterOf(ctx context.Context, jobID string) client.DeadLette
 		s.t.Fatalf("GET /v1/admin/dead-letters: %v", err)
 	}
 	for _, d := range list.DeadLetters {
-		if d.JobID == jobID {
+		if d.InstanceID == jobID {
 			return d
 		}
 	}

@@ -122,7 +122,7 @@ func setup() error {
 	}
 	ictx, icancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer icancel()
-	for _, img := range []string{appImage, minioImage, baseImage} {
+	for _, img := range []string{appImage, minioImage, baseImage, pgImage} {
 		if _, err := docker.ImageInspect(ictx, img); err != nil {
 			return fmt.Errorf("image %s is missing (run `make images`): %v", img, err)
 		}

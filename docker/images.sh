@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the three images edgepipe's docker-compose.yml and acceptance tests
+# Builds the images edgepipe's docker-compose files and acceptance tests
 # run on, from nothing but Debian's packages and the Go module proxy: the
 # Docker engines we develop on cannot pull from any registry.
 #
@@ -9,17 +9,21 @@
 #   minio     the base + a MinIO server built with `go install`.
 #   edgepipe  the base + bin/edgepipe built from this tree (cgo: it links the
 #             base's glibc dynamically, hence the bookworm base).
+#   postgres  the base + Debian's postgresql package (apt-get in a docker build,
+#             from the mirror in the base's sources.list) and an entrypoint
+#             that initdb's on first start (docker/postgres.Dockerfile).
 #
 # Every step is skipped when its result is already there (image present with
 # the same inputs, binary cached), so a second run takes seconds.
 #
-# Environment (all optional). The three image names are shared with
+# Environment (all optional). The image names are shared with
 # docker-compose.yml and the acceptance tests; the IMAGES_* knobs belong to
 # this script alone (edgepipe refuses unknown EDGEPIPE_* settings, so script
 # knobs must not use that prefix).
 #   EDGEPIPE_BASE_IMAGE   base image name      (default edgepipe-base:bookworm)
 #   EDGEPIPE_MINIO_IMAGE  MinIO image name     (default edgepipe-minio:local)
 #   EDGEPIPE_IMAGE        edgepipe image name  (default edgepipe:dev)
+#   EDGEPIPE_POSTGRES_IMAGE  Postgres image name (default edgepipe-postgres:local)
 #   EDGEPIPE_MINIO_BIN    cached MinIO server binary (default ~/.cache/edgepipe-bin/minio)
 #   IMAGES_SOURCE         local (default): debootstrap + go install, no registry.
 #                         registry: the base is `docker build` FROM
@@ -33,7 +37,7 @@
 #   IMAGES_CACHE_DIR      .deb cache and rootfs tarball (default ~/.cache/edgepipe-images)
 #   IMAGES_FORCE=1        rebuild every image even if present
 #
-# Usage: docker/images.sh [base|minio|edgepipe ...]   (default: all three)
+# Usage: docker/images.sh [base|minio|edgepipe|postgres ...]   (default: all four)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -43,6 +47,7 @@ export PATH="/usr/local/go/bin:$HOME/go/bin:$PATH"
 BASE_IMAGE="${EDGEPIPE_BASE_IMAGE:-edgepipe-base:bookworm}"
 MINIO_IMAGE="${EDGEPIPE_MINIO_IMAGE:-edgepipe-minio:local}"
 APP_IMAGE="${EDGEPIPE_IMAGE:-edgepipe:dev}"
+PG_IMAGE="${EDGEPIPE_POSTGRES_IMAGE:-edgepipe-postgres:local}"
 SOURCE="${IMAGES_SOURCE:-local}"
 DEBIAN_IMAGE="${IMAGES_DEBIAN_IMAGE:-debian:bookworm-slim}"
 MINIO_BIN="${EDGEPIPE_MINIO_BIN:-$HOME/.cache/edgepipe-bin/minio}"
@@ -258,8 +263,37 @@ ensure_edgepipe() {
   [ -z "$missing" ] || die "edgepipe binary does not run on $BASE_IMAGE: $missing"
 }
 
+# ensure_postgres builds the Postgres image; skipped when the same recipe
+# (Dockerfile + entrypoint) already sits on the same base. Unlike the other
+# images it runs apt-get inside a docker build (the base's sources.list names
+# the mirror), ~1 min once.
+ensure_postgres() {
+  local sum base_id ctx old
+  sum=$(cat docker/postgres.Dockerfile docker/postgres-entrypoint.sh | sha256sum | cut -d' ' -f1)
+  base_id=$(image_id "$BASE_IMAGE")
+  if [ "$FORCE" != 1 ] && [ "$(label "$PG_IMAGE" org.edgepipe.recipe.sha256)" = "$sum" ] &&
+    [ "$(label "$PG_IMAGE" org.edgepipe.base.id)" = "$base_id" ]; then
+    log "$PG_IMAGE present (recipe ${sum:0:12}), skipped"
+    return
+  fi
+  log "docker build $PG_IMAGE (apt-get install postgresql)"
+  old=$(image_id "$PG_IMAGE")
+  ctx=$(mktemp -d "${TMPDIR:-/tmp}/edgepipe-ctx.XXXXXX")
+  cp docker/postgres.Dockerfile "$ctx/Dockerfile"
+  cp docker/postgres-entrypoint.sh "$ctx/postgres-entrypoint.sh"
+  if ! docker_build --build-arg "BASE_IMAGE=$BASE_IMAGE" \
+    --label "org.edgepipe.recipe.sha256=$sum" --label "org.edgepipe.base.id=$base_id" \
+    -t "$PG_IMAGE" "$ctx"; then
+    rm -rf "$ctx"
+    die "docker build $PG_IMAGE failed"
+  fi
+  rm -rf "$ctx"
+  drop_replaced "$PG_IMAGE" "$old"
+  docker run --rm --entrypoint postgres "$PG_IMAGE" --version >&2 || die "$PG_IMAGE: postgres does not run"
+}
+
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(base minio edgepipe)
+[ ${#targets[@]} -gt 0 ] || targets=(base minio edgepipe postgres)
 start=$(date +%s)
 ensure_base
 for t in "${targets[@]}"; do
@@ -267,7 +301,8 @@ for t in "${targets[@]}"; do
   base) ;;
   minio) ensure_minio ;;
   edgepipe) ensure_edgepipe ;;
-  *) die "unknown target $t (want base, minio or edgepipe)" ;;
+  postgres) ensure_postgres ;;
+  *) die "unknown target $t (want base, minio, edgepipe or postgres)" ;;
   esac
 done
-log "done in $(($(date +%s) - start))s: base=$BASE_IMAGE minio=$MINIO_IMAGE edgepipe=$APP_IMAGE"
+log "done in $(($(date +%s) - start))s: base=$BASE_IMAGE minio=$MINIO_IMAGE edgepipe=$APP_IMAGE postgres=$PG_IMAGE"

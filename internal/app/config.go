@@ -35,7 +35,7 @@ var Known = knownSettings()
 
 // testSettings are read by tests and image builds, not by a process.
 var testSettings = []string{
-	"EDGEPIPE_MINIO_BIN", "EDGEPIPE_BASE_IMAGE", "EDGEPIPE_MINIO_IMAGE", "EDGEPIPE_IMAGE", "EDGEPIPE_TEST_DEBUG", "EDGEPIPE_CHROMIUM",
+	"EDGEPIPE_MINIO_BIN", "EDGEPIPE_BASE_IMAGE", "EDGEPIPE_MINIO_IMAGE", "EDGEPIPE_IMAGE", "EDGEPIPE_POSTGRES_IMAGE", "EDGEPIPE_TEST_DEBUG", "EDGEPIPE_CHROMIUM",
 	"EDGEPIPE_TEST_DATABASE_URL", // the Postgres tests' server
 }
 
