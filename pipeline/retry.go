@@ -224,3 +224,31 @@ const (
 	ReasonUnboundVersion   = "unbound_version"
 	ReasonPoison           = "poison"
 )
+
+// DeadLetterClass is the error class a job dead-lettered for reason carries
+// (permanent: no retry can succeed until an operator acts), "" for no
+// reason. Every job store records it the same way.
+func DeadLetterClass(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return string(ClassPermanent)
+}
+
+// DeadLetterMessage is the safe text a job dead-lettered for reason shows
+// its owner, "" for no reason.
+func DeadLetterMessage(reason string) string {
+	switch reason {
+	case "":
+		return ""
+	case ReasonUnboundVersion:
+		return "this deployment serves no binding for the job's workflow version; an operator can redrive it once the version is bound"
+	case ReasonPoison:
+		return "the job's message was delivered too many times without completing; an operator must look at it"
+	case ReasonRetriesExhausted:
+		return "the job failed on every allowed attempt; an operator can redrive it"
+	case ReasonInfraUnavailable:
+		return "edgepipe's own storage kept failing for the whole infrastructure retry window; an operator can redrive the job once it is healthy"
+	}
+	return "the job was moved to the dead-letter queue"
+}

@@ -245,7 +245,7 @@ func (s *Store) createDeadLetteredTx(ctx context.Context, tx pgx.Tx, now int64, 
 		ON CONFLICT (tenant, operation, idempotency_key) DO NOTHING RETURNING id`,
 		nj.ID, nj.Tenant, nj.Operation, nj.IdempotencyKey, nj.RequestFingerprint, string(nj.Input),
 		nj.Version, nj.Queue, now, nj.WebhookURL,
-		deadLetterClass(nj.DeadLetterReason), nj.DeadLetterReason, deadLetterMessage(nj.DeadLetterReason), nj.InstanceID).Scan(&id)
+		pipeline.DeadLetterClass(nj.DeadLetterReason), nj.DeadLetterReason, pipeline.DeadLetterMessage(nj.DeadLetterReason), nj.InstanceID).Scan(&id)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return notInserted(ctx, tx, nj)
@@ -295,34 +295,8 @@ func builtJob(nj pipeline.NewJob, now int64) pipeline.Job {
 	return pipeline.Job{ID: nj.ID, InstanceID: nj.InstanceID, Tenant: nj.Tenant, Operation: nj.Operation, IdempotencyKey: nj.IdempotencyKey,
 		RequestFingerprint: nj.RequestFingerprint, Input: nj.Input, Version: nj.Version, Queue: nj.Queue, Status: status,
 		StatusChangedAt: t, CreatedAt: t, UpdatedAt: t, WebhookURL: nj.WebhookURL,
-		LastErrorClass: pipeline.ErrorClass(deadLetterClass(nj.DeadLetterReason)), LastErrorCode: nj.DeadLetterReason,
-		LastErrorMessage: deadLetterMessage(nj.DeadLetterReason), RequiresAction: nj.DeadLetterReason != ""}
-}
-
-// deadLetterClass is the error class of a job dead-lettered at submission.
-func deadLetterClass(reason string) string {
-	if reason == "" {
-		return ""
-	}
-	return string(pipeline.ClassPermanent)
-}
-
-// deadLetterMessage is the safe text shown for a dead-letter reason (the
-// same texts as storage/sqlite).
-func deadLetterMessage(reason string) string {
-	switch reason {
-	case "":
-		return ""
-	case pipeline.ReasonUnboundVersion:
-		return "this deployment serves no binding for the job's workflow version; an operator can redrive it once the version is bound"
-	case pipeline.ReasonPoison:
-		return "the job's message was delivered too many times without completing; an operator must look at it"
-	case pipeline.ReasonRetriesExhausted:
-		return "the job failed on every allowed attempt; an operator can redrive it"
-	case pipeline.ReasonInfraUnavailable:
-		return "edgepipe's own storage kept failing for the whole infrastructure retry window; an operator can redrive the job once it is healthy"
-	}
-	return "the job was moved to the dead-letter queue"
+		LastErrorClass: pipeline.ErrorClass(pipeline.DeadLetterClass(nj.DeadLetterReason)), LastErrorCode: nj.DeadLetterReason,
+		LastErrorMessage: pipeline.DeadLetterMessage(nj.DeadLetterReason), RequiresAction: nj.DeadLetterReason != ""}
 }
 
 // GetJob returns a job by id.

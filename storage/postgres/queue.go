@@ -240,7 +240,7 @@ func (s *Store) poison(ctx context.Context, tx pgx.Tx, now int64, queue, jobID s
 	}
 	return settle(ctx, tx, now, jobID, from, "", pipeline.Outcome{
 		Status: pipeline.StatusDeadLettered, Reason: pipeline.ReasonPoison, RequiresAction: true,
-		ErrorCode: pipeline.ReasonPoison, ErrorMessage: deadLetterMessage(pipeline.ReasonPoison),
+		ErrorCode: pipeline.ReasonPoison, ErrorMessage: pipeline.DeadLetterMessage(pipeline.ReasonPoison),
 	}, map[string]any{"reason": pipeline.ReasonPoison, "deliveries": deliveries})
 }
 

@@ -346,7 +346,7 @@ func finishTx(ctx context.Context, tx pgx.Tx, now int64, lease pipeline.Lease, o
 			return fmt.Errorf("%w: dead_lettered needs a reason", pipeline.ErrInvalidInput)
 		}
 		if o.ErrorMessage == "" {
-			o.ErrorMessage = deadLetterMessage(o.Reason)
+			o.ErrorMessage = pipeline.DeadLetterMessage(o.Reason)
 		}
 		if o.ErrorCode == "" {
 			o.ErrorCode = o.Reason

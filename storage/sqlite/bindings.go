@@ -112,7 +112,7 @@ func (s *Store) DeadLetterUnserved(ctx context.Context, p *pipeline.DeadLetterUn
 			}
 			if err := settle(ctx, tx, now, v.id, pipeline.Status(v.status), "", pipeline.Outcome{
 				Status: pipeline.StatusDeadLettered, Reason: pipeline.ReasonUnboundVersion, RequiresAction: true,
-				ErrorClass: pipeline.ClassPermanent, ErrorCode: pipeline.ReasonUnboundVersion, ErrorMessage: deadLetterMessage(pipeline.ReasonUnboundVersion),
+				ErrorClass: pipeline.ClassPermanent, ErrorCode: pipeline.ReasonUnboundVersion, ErrorMessage: pipeline.DeadLetterMessage(pipeline.ReasonUnboundVersion),
 			}, map[string]any{"reason": pipeline.ReasonUnboundVersion}); err != nil {
 				return err
 			}

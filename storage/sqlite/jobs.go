@@ -137,7 +137,7 @@ func (s *Store) createJobTx(ctx context.Context, tx *wtx, now int64, nj pipeline
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		nj.ID, nj.InstanceID, nj.Tenant, nj.Operation, nj.IdempotencyKey, nj.RequestFingerprint, string(nj.Input),
 		nj.Version, nj.Queue, status, now, now, now, nj.WebhookURL,
-		deadLetterClass(nj.DeadLetterReason), nj.DeadLetterReason, deadLetterMessage(nj.DeadLetterReason), boolInt(nj.DeadLetterReason != ""))
+		pipeline.DeadLetterClass(nj.DeadLetterReason), nj.DeadLetterReason, pipeline.DeadLetterMessage(nj.DeadLetterReason), boolInt(nj.DeadLetterReason != ""))
 	if err != nil {
 		return job, false, insertJobError(err, nj)
 	}
@@ -169,7 +169,7 @@ func (s *Store) createJobTx(ctx context.Context, tx *wtx, now int64, nj pipeline
 	job = pipeline.Job{ID: nj.ID, InstanceID: nj.InstanceID, Tenant: nj.Tenant, Operation: nj.Operation, IdempotencyKey: nj.IdempotencyKey,
 		RequestFingerprint: nj.RequestFingerprint, Input: nj.Input, Version: nj.Version, Queue: nj.Queue, Status: status,
 		StatusChangedAt: t, CreatedAt: t, UpdatedAt: t, WebhookURL: nj.WebhookURL,
-		LastErrorClass: pipeline.ErrorClass(deadLetterClass(nj.DeadLetterReason)), LastErrorCode: nj.DeadLetterReason, LastErrorMessage: deadLetterMessage(nj.DeadLetterReason), RequiresAction: nj.DeadLetterReason != ""}
+		LastErrorClass: pipeline.ErrorClass(pipeline.DeadLetterClass(nj.DeadLetterReason)), LastErrorCode: nj.DeadLetterReason, LastErrorMessage: pipeline.DeadLetterMessage(nj.DeadLetterReason), RequiresAction: nj.DeadLetterReason != ""}
 	return job, true, nil
 }
 
@@ -187,32 +187,6 @@ func insertJobError(err error, nj pipeline.NewJob) error {
 		return fmt.Errorf("%w: instance id %s is taken", pipeline.ErrAlreadyExists, nj.InstanceID)
 	}
 	return fmt.Errorf("sqlite: job key %s is held by another job: %w", nj.ID, err)
-}
-
-// deadLetterClass is the error class of a job dead-lettered at submission:
-// permanent, since no retry can succeed until an operator acts.
-func deadLetterClass(reason string) string {
-	if reason == "" {
-		return ""
-	}
-	return string(pipeline.ClassPermanent)
-}
-
-// deadLetterMessage is the safe text shown for a dead-letter reason.
-func deadLetterMessage(reason string) string {
-	switch reason {
-	case "":
-		return ""
-	case pipeline.ReasonUnboundVersion:
-		return "this deployment serves no binding for the job's workflow version; an operator can redrive it once the version is bound"
-	case pipeline.ReasonPoison:
-		return "the job's message was delivered too many times without completing; an operator must look at it"
-	case pipeline.ReasonRetriesExhausted:
-		return "the job failed on every allowed attempt; an operator can redrive it"
-	case pipeline.ReasonInfraUnavailable:
-		return "edgepipe's own storage kept failing for the whole infrastructure retry window; an operator can redrive the job once it is healthy"
-	}
-	return "the job was moved to the dead-letter queue"
 }
 
 func boolInt(b bool) int {

@@ -247,7 +247,7 @@ func (s *Store) poison(ctx context.Context, tx *wtx, now int64, queue, jobID str
 	}
 	return settle(ctx, tx, now, jobID, from, "", pipeline.Outcome{
 		Status: pipeline.StatusDeadLettered, Reason: pipeline.ReasonPoison, RequiresAction: true,
-		ErrorCode: pipeline.ReasonPoison, ErrorMessage: deadLetterMessage(pipeline.ReasonPoison),
+		ErrorCode: pipeline.ReasonPoison, ErrorMessage: pipeline.DeadLetterMessage(pipeline.ReasonPoison),
 	}, map[string]any{"reason": pipeline.ReasonPoison, "deliveries": deliveries})
 }
 

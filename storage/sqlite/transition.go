@@ -114,7 +114,7 @@ func (s *Store) finishTx(ctx context.Context, tx *wtx, now int64, lease pipeline
 			return fmt.Errorf("%w: dead_lettered needs a reason", pipeline.ErrInvalidInput)
 		}
 		if o.ErrorMessage == "" {
-			o.ErrorMessage = deadLetterMessage(o.Reason)
+			o.ErrorMessage = pipeline.DeadLetterMessage(o.Reason)
 		}
 		if o.ErrorCode == "" {
 			o.ErrorCode = o.Reason
