@@ -35,8 +35,20 @@ var (
 	fullMode  = os.Getenv("CHAOS_FULL") != ""
 	raceBuild = os.Getenv("CHAOS_RACE") != ""
 	logRoot   = os.Getenv("CHAOS_LOG_DIR")
+	// storeKind is the job store every cluster runs on: "sqlite" (the
+	// embedded file in the data directory) or "postgres" (CHAOS_STORE=postgres:
+	// a fresh database per cluster on the server of
+	// EDGEPIPE_TEST_DATABASE_URL, which scripts/postgres.sh starts).
+	storeKind = or(os.Getenv("CHAOS_STORE"), "sqlite")
 	binPath   string // the edgepipe binary under test
 )
+
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
 
 const (
 	tenantToken = "chaos-tenant-token-0001"
@@ -68,6 +80,12 @@ var builtDir string
 // setup builds the binary (unless CHAOS_BIN names one) and makes sure
 // ffmpeg is there. A negative code means "run the tests".
 func setup() (int, error) {
+	if storeKind != "sqlite" && storeKind != "postgres" {
+		return 1, fmt.Errorf("CHAOS_STORE: must be sqlite or postgres, got %q", storeKind)
+	}
+	if storeKind == "postgres" && os.Getenv("EDGEPIPE_TEST_DATABASE_URL") == "" {
+		return 1, fmt.Errorf("CHAOS_STORE=postgres needs EDGEPIPE_TEST_DATABASE_URL (eval \"$(scripts/postgres.sh start)\")")
+	}
 	for _, tool := range []string{"ffmpeg", "ffprobe"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if os.Getenv("CI") != "" {
@@ -260,12 +278,15 @@ func baseEnv(kv ...string) []string {
 // ---------------------------------------------------------------- cluster
 
 // cluster is one edgepipe deployment under test: a data directory shared by
-// every process and restart, a fake provider process whose ledger survives
-// edgepipe's deaths, and the edgepipe processes.
+// every process and restart (on Postgres it holds no job store, only a
+// worker's spool), a fake provider process whose ledger survives edgepipe's
+// deaths, and the edgepipe processes.
 type cluster struct {
 	t       testing.TB
 	name    string
 	dataDir string
+	// dbURL is the cluster's own Postgres database, "" on SQLite.
+	dbURL   string
 	logDir  string
 	fake    *proc
 	fakeURL string
@@ -288,6 +309,9 @@ type clusterConfig struct {
 	Env []string
 	// DataDir, when set, is used instead of a new temporary directory.
 	DataDir string
+	// Postgres puts the job store on a fresh Postgres database whatever
+	// CHAOS_STORE says.
+	Postgres bool
 }
 
 func newCluster(t testing.TB, cfg clusterConfig) *cluster {
@@ -300,6 +324,10 @@ func newCluster(t testing.TB, cfg clusterConfig) *cluster {
 			c.dataDir = filepath.Join(c.logDir, "data")
 			_ = os.RemoveAll(c.dataDir)
 		}
+	}
+	if cfg.Postgres || storeKind == "postgres" {
+		c.dbURL = freshDatabase(t)
+		c.env = append(slices.Clone(c.env), "EDGEPIPE_DATABASE_URL="+c.dbURL)
 	}
 	seed := cfg.Seed
 	if seed == 0 {
