@@ -2,7 +2,7 @@
 GO ?= go
 export CGO_ENABLED := 1
 
-.PHONY: setup run test test-postgres build vet bench demo images acceptance up chaos mutation
+.PHONY: setup run test test-postgres build vet bench demo images acceptance up chaos mutation chromium
 
 build:
 	$(GO) build -o bin/edgepipe ./cmd/edgepipe
@@ -35,6 +35,11 @@ images:
 
 acceptance: images
 	$(GO) test -tags acceptance -count=1 -v -timeout 15m ./acceptance
+
+# The operator pages in a real headless Chromium (Debian's chromium
+# package); rewrites api/testdata/admin-job-story.png.
+chromium:
+	$(GO) test -race -tags chromium -count=1 -run Chromium ./api/
 
 up: images
 	docker-compose up -d

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"html/template"
@@ -296,6 +295,68 @@ type adminPageData struct {
 	Decisions []AdminJob
 	Reasons   []string
 	Bindings  string
+	// Filter is the job list's filter as given; Listed the jobs it
+	// selects (all tenants, newest first), MoreListed whether more match.
+	Filter     adminFilter
+	Statuses   []pipeline.Status
+	Listed     []AdminJob
+	MoreListed bool
+}
+
+// adminFilter is the operations page's job filter, as query parameters.
+type adminFilter struct {
+	Tenant, Status, Version, OlderThan, NewerThan string
+}
+
+// listedRows is how many jobs the page's filtered list shows.
+const listedRows = 100
+
+// pageFilter reads the operations page's job filter: tenant, status,
+// version, and the age bounds older_than and newer_than (a Go duration or
+// whole days, "7d"). Every field is optional; all given must match.
+func pageFilter(c echo.Context, now time.Time) (pipeline.ListFilter, adminFilter, error) {
+	q := c.QueryParams()
+	af := adminFilter{Tenant: strings.TrimSpace(q.Get("tenant")), Status: q.Get("status"), Version: strings.TrimSpace(q.Get("version")),
+		OlderThan: strings.TrimSpace(q.Get("older_than")), NewerThan: strings.TrimSpace(q.Get("newer_than"))}
+	f := pipeline.ListFilter{AllTenants: true, Limit: listedRows}
+	var fields []pipeline.FieldError
+	if af.Tenant != "" {
+		if len(af.Tenant) > 200 || !printable(af.Tenant) {
+			fields = append(fields, pipeline.FieldError{Field: "tenant", Message: "must be a tenant name"})
+		}
+		f.AllTenants, f.Tenant = false, af.Tenant
+	}
+	if af.Status != "" {
+		st, err := pipeline.ParseStatus(af.Status)
+		if err != nil {
+			fields = append(fields, pipeline.FieldError{Field: "status", Message: "must be one of pending, running, retry_wait, needs_review, succeeded, failed, canceled, dead_lettered"})
+		}
+		f.Statuses = []pipeline.Status{st}
+	}
+	if af.Version != "" {
+		if err := routing.ValidateVersion(af.Version); err != nil {
+			fields = append(fields, pipeline.FieldError{Field: "version", Message: "must be a workflow version such as v1"})
+		}
+		f.Version = af.Version
+	}
+	for _, b := range []struct {
+		field, v string
+		set      *time.Time
+	}{{"older_than", af.OlderThan, &f.CreatedBefore}, {"newer_than", af.NewerThan, &f.CreatedAfter}} {
+		if b.v == "" {
+			continue
+		}
+		age, err := parseAge(b.v)
+		if err != nil {
+			fields = append(fields, pipeline.FieldError{Field: b.field, Message: `must be a duration such as "90m", "72h" or "7d"`})
+			continue
+		}
+		*b.set = now.Add(-age)
+	}
+	if len(fields) > 0 {
+		return f, af, &pipeline.ValidationError{Fields: fields}
+	}
+	return f, af, nil
 }
 
 type statusCount struct {
@@ -306,9 +367,15 @@ type statusCount struct {
 
 // adminPage is GET /admin: one server-rendered page showing what needs a
 // human — jobs in needs_review with retry/fail buttons, open dead letters
-// with redrive buttons — under the counts by status.
+// with redrive buttons — under the counts by status, and below them the
+// jobs of every tenant filtered by tenant, status, version and age, each
+// linked to its story (GET /admin/jobs/{id}).
 func (s *Server) adminPage(c echo.Context) error {
 	ctx := c.Request().Context()
+	filter, af, err := pageFilter(c, s.cfg.Clock.Now())
+	if err != nil {
+		return err
+	}
 	counts, err := s.cfg.Store.CountByStatus(ctx)
 	if err != nil {
 		return err
@@ -361,16 +428,16 @@ func (s *Server) adminPage(c echo.Context) error {
 		data.Decisions = append(data.Decisions, s.adminJob(c, j))
 	}
 	data.Reasons = deadLetterReasons
-	var buf bytes.Buffer
-	if err := s.admin.Execute(&buf, data); err != nil {
+	data.Filter, data.Statuses = af, pipeline.AllStatuses
+	listed, nextListed, err := s.cfg.Store.ListJobs(ctx, filter)
+	if err != nil {
 		return err
 	}
-	h := c.Response().Header()
-	h.Set("Cache-Control", "no-store")
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "no-referrer")
-	return c.HTMLBlob(http.StatusOK, buf.Bytes())
+	for _, j := range listed {
+		data.Listed = append(data.Listed, s.adminJob(c, j))
+	}
+	data.MoreListed = nextListed.ID != ""
+	return s.renderPage(c, "admin.html", data)
 }
 
 var templateFuncs = template.FuncMap{
@@ -395,6 +462,15 @@ var templateFuncs = template.FuncMap{
 			return ""
 		}
 		return t.UTC().Format(time.RFC3339)
+	},
+	"detail": detailText,
+	// took is how long a call took (its finish after its intent), "—"
+	// while it has not finished.
+	"took": func(start time.Time, end *time.Time) string {
+		if end == nil {
+			return "—"
+		}
+		return end.Sub(start).Round(time.Millisecond).String()
 	},
 	"deref": func(t *time.Time) time.Time {
 		if t == nil {

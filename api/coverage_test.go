@@ -35,6 +35,8 @@ func TestEveryOperationAuthenticates(t *testing.T) {
 		{method: http.MethodPost, path: "/v1/admin/dead-letters/redrive", body: `{"filter":{"tenant":"acme"}}`, hdr: map[string]string{"Content-Type": "application/json"}},
 		{method: http.MethodPost, path: "/v1/admin/dead-letters/discard", body: `{"filter":{"tenant":"acme"},"reason":"x"}`, hdr: map[string]string{"Content-Type": "application/json"}},
 		{method: http.MethodGet, path: "/admin"},
+		{method: http.MethodGet, path: "/v1/admin/jobs/v1-x"},
+		{method: http.MethodGet, path: "/admin/jobs/v1-x"},
 	}
 	for _, r := range append(append([]req{}, tenantOps...), adminOps...) {
 		for _, auth := range []string{"", "Bearer wrong-token-0123456789abcdef"} {

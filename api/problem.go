@@ -210,8 +210,9 @@ func (s *Server) handleError(err error, c echo.Context) {
 		_ = c.NoContent(p.Status)
 		return
 	}
-	if isForm(c.Request()) && strings.HasPrefix(c.Request().URL.Path, "/v1/admin/") {
-		// A browser posted an operator form: answer with a page, not JSON.
+	if isForm(c.Request()) && strings.HasPrefix(c.Request().URL.Path, "/v1/admin/") || htmlPageError(c.Request(), p.Status) {
+		// A browser posted an operator form, or asked an operator page for
+		// something wrong: answer with a page, not JSON.
 		h.Set(echo.HeaderContentType, echo.MIMETextHTMLCharsetUTF8)
 		h.Set("Cache-Control", "no-store")
 		c.Response().WriteHeader(p.Status)
@@ -221,6 +222,15 @@ func (s *Server) handleError(err error, c echo.Context) {
 	b, _ := json.Marshal(p)
 	h.Set(echo.HeaderContentType, ProblemContentType)
 	_ = c.Blob(p.Status, ProblemContentType, b)
+}
+
+// htmlPageError reports an error a browser gets on an operator page (GET
+// /admin, /admin/jobs/{id}) that is the request's fault (a bad filter, an
+// unknown job). Authentication failures keep their problem body: the
+// browser shows its login prompt for them.
+func htmlPageError(r *http.Request, status int) bool {
+	return r.Method == http.MethodGet && (status == http.StatusBadRequest || status == http.StatusNotFound) &&
+		(r.URL.Path == "/admin" || strings.HasPrefix(r.URL.Path, "/admin/"))
 }
 
 func isForm(r *http.Request) bool {

@@ -31,6 +31,9 @@ type Store interface {
 	Events(ctx context.Context, jobID string, afterID int64, limit int) ([]pipeline.Event, error)
 	RequestCancel(ctx context.Context, tenant, id string) (pipeline.Job, error)
 	GetAsset(ctx context.Context, key string) (pipeline.Asset, error)
+	// JobStory reads one job (by its store key, jobs.id) with its events,
+	// provider calls, assets and open object claims, for GET /admin/jobs/{id}.
+	JobStory(ctx context.Context, p *pipeline.JobStoryParams) (pipeline.JobStory, error)
 
 	DecideWithReason(ctx context.Context, id string, d pipeline.ReviewDecision, operator, reason string) (pipeline.Job, error)
 	RecentDecisions(ctx context.Context, limit int) ([]pipeline.Job, error)
@@ -67,7 +70,7 @@ type Server struct {
 	tokens    tokenIndex
 	adminHash []byte // sha256 of the admin token; nil when disabled
 	csrf      string
-	admin     *template.Template
+	pages     *template.Template // templates/*.html: the operator pages
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed by CloseStreams
@@ -97,11 +100,11 @@ func New(cfg Config) (*Server, error) {
 		s.adminHash = h[:]
 		s.csrf = csrfToken(cfg.AdminToken)
 	}
-	t, err := template.New("admin.html").Funcs(templateFuncs).ParseFS(templateFS, "templates/admin.html")
+	t, err := template.New("pages").Funcs(templateFuncs).ParseFS(templateFS, "templates/*.html")
 	if err != nil {
 		return nil, err
 	}
-	s.admin = t
+	s.pages = t
 	s.e = s.routes()
 	return s, nil
 }
@@ -144,6 +147,7 @@ func (s *Server) routes() *echo.Echo {
 
 	adm := e.Group("/v1/admin", s.requireAdmin)
 	adm.GET("/jobs", s.adminJobs)
+	adm.GET("/jobs/:id", s.adminJobStoryJSON)
 	adm.POST("/jobs/:id/decision", s.adminDecide)
 	adm.GET("/dead-letters", s.adminDeadLetters)
 	adm.POST("/dead-letters/:id/redrive", s.adminRedrive)
@@ -151,6 +155,7 @@ func (s *Server) routes() *echo.Echo {
 	adm.POST("/dead-letters/redrive", s.adminBulkRedrive)
 	adm.POST("/dead-letters/discard", s.adminBulkDiscard)
 	e.GET("/admin", s.adminPage, s.requireAdmin)
+	e.GET("/admin/jobs/:id", s.adminStoryPage, s.requireAdmin)
 	s.methods = routeTable(e.Routes())
 	return e
 }

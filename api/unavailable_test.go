@@ -74,6 +74,13 @@ func (f *failingStore) GetDeadLetter(ctx context.Context, id int64) (pipeline.De
 	return f.Store.GetDeadLetter(ctx, id)
 }
 
+func (f *failingStore) JobStory(ctx context.Context, p *pipeline.JobStoryParams) (pipeline.JobStory, error) {
+	if f.err != nil {
+		return pipeline.JobStory{}, f.err
+	}
+	return f.Store.JobStory(ctx, p)
+}
+
 func (f *failingStore) CountByStatus(ctx context.Context) (map[pipeline.Status]int, error) {
 	if f.err != nil {
 		return nil, f.err
@@ -107,6 +114,8 @@ func TestStoreFailuresAreProblems(t *testing.T) {
 		{method: http.MethodPost, path: "/v1/admin/dead-letters/redrive", body: `{"filter":{"tenant":"acme"}}`, hdr: adminJSONHdr},
 		{method: http.MethodPost, path: "/v1/admin/dead-letters/discard", body: `{"filter":{"tenant":"acme"},"reason":"x"}`, hdr: adminJSONHdr},
 		{method: http.MethodGet, path: "/admin", hdr: adminHdr},
+		{method: http.MethodGet, path: "/v1/admin/jobs/" + j.ID, hdr: adminHdr},
+		{method: http.MethodGet, path: "/admin/jobs/" + j.ID, hdr: adminHdr},
 		{method: http.MethodGet, path: "/metrics"},
 	}
 	for _, tc := range []struct {

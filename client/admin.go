@@ -20,6 +20,15 @@ func (c *Client) AdminJobs(ctx context.Context, o ListOptions) (AdminJobList, er
 	return l, err
 }
 
+// JobStory is GET /v1/admin/jobs/{id}: any tenant's job with its attempts,
+// provider calls (with their billing status), objects, operators'
+// decisions and events (ErrNotFound for an unknown job).
+func (c *Client) JobStory(ctx context.Context, id string) (JobStory, error) {
+	var st JobStory
+	_, err := c.doJSON(ctx, http.MethodGet, c.endpoint(nil, "v1", "admin", "jobs", id), nil, nil, &st)
+	return st, err
+}
+
 // Decision is an operator's decision on a job in needs_review.
 type Decision string
 

@@ -53,6 +53,20 @@ func TestReviewAgainstTheAPI(t *testing.T) {
 	if l, err := adm.AdminJobs(ctx, ListOptions{}); err != nil || len(l.Jobs) != 0 {
 		t.Fatalf("still listed after the decision: %+v %v", l, err)
 	}
+
+	// The job's story: one attempt that stopped for review, and the
+	// operator's retry.
+	st, err := adm.JobStory(ctx, j.ID)
+	if err != nil || st.Job.ID != j.ID || st.Job.Tenant != "acme" || len(st.Attempts) != 1 ||
+		st.Attempts[0].Outcome != string(pipeline.StatusNeedsReview) || len(st.Decisions) != 1 || st.Decisions[0].Action != "retry" {
+		t.Fatalf("story: %+v %v", st, err)
+	}
+	if _, err := adm.JobStory(ctx, "v1-missing"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("missing job's story: %v", err)
+	}
+	if _, err := s.client(t, tokAcme).JobStory(ctx, j.ID); !errors.Is(err, ErrUnauthorized) {
+		t.Fatalf("tenant token on the story: %v", err)
+	}
 }
 
 // TestDecideSendsTheReason: the reason travels in the decision's body, and

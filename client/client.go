@@ -43,6 +43,9 @@ type (
 	AdminJob = api.AdminJob
 	// AdminJobList is a page of jobs that need an operator.
 	AdminJobList = api.AdminJobList
+	// JobStory is one job's whole story for an operator: attempts,
+	// provider calls, objects, decisions and events.
+	JobStory = api.AdminJobStory
 	// DeadLetter is a dead-letter queue entry.
 	DeadLetter = api.DeadLetter
 	// DeadLetterList is a page of dead letters.

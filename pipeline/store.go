@@ -79,6 +79,12 @@ type ListFilter struct {
 	AllTenants     bool
 	Statuses       []Status
 	RequiresAction bool
+	// Version keeps jobs of one workflow version (v1, v2, ...).
+	Version string
+	// CreatedBefore and CreatedAfter bound the creation time (either may be
+	// zero): the operator's age filter.
+	CreatedBefore time.Time
+	CreatedAfter  time.Time
 	// After is the cursor: the (created_at, id) of the last job of the
 	// previous page, as returned in ListPage.Next.
 	After Cursor
@@ -228,6 +234,13 @@ func (c ProviderCall) MayHaveBilled() bool {
 		return true
 	}
 	return false
+}
+
+// Finished pairs an attempt's lease with its outcome for a batch completer
+// (the job stores' FinishMany, like River's).
+type Finished struct {
+	Lease   Lease
+	Outcome Outcome
 }
 
 // FetchParams are Store.Fetch's: claim up to Max visible messages of

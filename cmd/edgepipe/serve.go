@@ -17,7 +17,7 @@ import (
 func init() {
 	register("serve", "run the API, workers, sweeper and webhook dispatcher (fake providers unless EDGEPIPE_PROVIDER_URL)",
 		func(ctx context.Context, args []string) error { return osEnv().serve(ctx, args) })
-	register("worker", "run workers only (scale-out; shares the database file)", workerCmd)
+	register("worker", "run workers only (scale-out; shares the job store: the SQLite file, or EDGEPIPE_DATABASE_URL)", workerCmd)
 }
 
 const serveHelp = `
@@ -67,7 +67,7 @@ func (e *cliEnv) serve(ctx context.Context, args []string) error {
 	// when a job is routed at submission against the bindings of every
 	// live process (docs/design.md §4).
 	log.Info("edgepipe serving", "addr", parts.Listener.Addr().String(), "workers", cfg.Workers,
-		"queues", strings.Join(a.Queues(), ","), "store", cfg.Store, "v2_rollout_percent", cfg.Routing.RolloutPercent)
+		"queues", strings.Join(a.Queues(), ","), "store", cfg.Store, "database", cfg.DatabaseKind(), "v2_rollout_percent", cfg.Routing.RolloutPercent)
 	return parts.Run(ctx, log, *grace)
 }
 

@@ -41,7 +41,7 @@ var Known = []string{
 	api.EnvHTTPReadHeaderTimeout, api.EnvHTTPReadTimeout, api.EnvHTTPIdleTimeout, api.EnvHTTPMaxConns, api.EnvSSEMaxAge,
 	"EDGEPIPE_URL", "EDGEPIPE_TOKEN", // client commands (submit, status, ...)
 	"EDGEPIPE_MINIO_BIN", "EDGEPIPE_BASE_IMAGE", "EDGEPIPE_MINIO_IMAGE", "EDGEPIPE_IMAGE", // tests and images
-	"EDGEPIPE_TEST_DEBUG",
+	"EDGEPIPE_TEST_DEBUG", "EDGEPIPE_CHROMIUM",
 	"EDGEPIPE_DATABASE_URL", "EDGEPIPE_TEST_DATABASE_URL", // job store (database.go); the Postgres tests' server
 }
 

@@ -25,7 +25,7 @@ import (
 
 // testURL returns the server's URL; without one the tests skip, or fail
 // when CI is set (a skipped suite must not pass CI).
-func testURL(t *testing.T) string {
+func testURL(t testing.TB) string {
 	t.Helper()
 	u := os.Getenv("EDGEPIPE_TEST_DATABASE_URL")
 	if u == "" {
@@ -39,7 +39,7 @@ func testURL(t *testing.T) string {
 
 // newDatabase creates a fresh database on the test server and returns its
 // URL; it is dropped when t ends.
-func newDatabase(t *testing.T) string {
+func newDatabase(t testing.TB) string {
 	t.Helper()
 	admin := testURL(t)
 	var b [6]byte
@@ -93,7 +93,7 @@ func openTest(t *testing.T, url string, clock pipeline.Clock) *Store {
 func TestStoreConformance(t *testing.T) {
 	testURL(t)
 	storetest.Exercise(t, storetest.Harness{
-		NewDatabase: newDatabase,
+		NewDatabase: func(t *testing.T) string { return newDatabase(t) },
 		Open: func(t *testing.T, db string, clock pipeline.Clock) storetest.JobStore {
 			return openTest(t, db, clock)
 		},

@@ -90,9 +90,53 @@ func (s *Store) CreateJobs(ctx context.Context, njs []pipeline.NewJob) error {
 	}
 	return s.inTx(ctx, func(tx pgx.Tx) error {
 		now := s.now()
+		// Queued jobs go out as one pipelined batch, the rest one by one.
+		b := &pgx.Batch{}
+		var queued []pipeline.NewJob
 		for _, nj := range njs {
-			if _, _, err := s.createJobTx(ctx, tx, now, nj); err != nil {
+			if nj.DeadLetterReason != "" {
+				if _, _, err := s.createJobTx(ctx, tx, now, nj); err != nil {
+					return fmt.Errorf("job %s: %w", nj.ID, err)
+				}
+				continue
+			}
+			if len(nj.Input) == 0 {
+				nj.Input = json.RawMessage("{}")
+			}
+			b.Queue(qCreateQueued, queuedArgs(nj, now)...)
+			queued = append(queued, nj)
+		}
+		if len(queued) == 0 {
+			return nil
+		}
+		inserted := make([]int, len(queued))
+		br := tx.SendBatch(ctx, b)
+		for i, nj := range queued {
+			if err := br.QueryRow().Scan(&inserted[i]); err != nil {
+				_ = br.Close()
+				if isUnique(err, "jobs_pkey") {
+					return fmt.Errorf("job %s: %w: job id is taken", nj.ID, pipeline.ErrAlreadyExists)
+				}
 				return fmt.Errorf("job %s: %w", nj.ID, err)
+			}
+		}
+		if err := br.Close(); err != nil {
+			return err
+		}
+		for i, nj := range queued {
+			if inserted[i] == 0 { // the key was used: a replay, or refused
+				if _, _, err := findByKey(ctx, tx, nj); err != nil {
+					return fmt.Errorf("job %s: %w", nj.ID, err)
+				}
+			}
+		}
+		notified := map[string]bool{}
+		for _, nj := range queued {
+			if !notified[nj.Queue] {
+				notified[nj.Queue] = true
+				if err := notifyQueue(ctx, tx, nj.Queue); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
@@ -293,6 +337,15 @@ func (s *Store) ListJobs(ctx context.Context, f pipeline.ListFilter) ([]pipeline
 	}
 	if f.RequiresAction {
 		q += ` AND requires_action = 1`
+	}
+	if f.Version != "" {
+		q += ` AND workflow_version = ` + arg(f.Version)
+	}
+	if !f.CreatedBefore.IsZero() {
+		q += ` AND created_at <= ` + arg(ms(f.CreatedBefore))
+	}
+	if !f.CreatedAfter.IsZero() {
+		q += ` AND created_at >= ` + arg(ms(f.CreatedAfter))
 	}
 	if f.After.ID != "" {
 		q += ` AND (created_at, id) < (` + arg(f.After.CreatedAtMS) + `::bigint, ` + arg(f.After.ID) + `::text)`

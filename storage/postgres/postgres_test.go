@@ -5,11 +5,13 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"edgepipe/pipeline"
 )
@@ -178,5 +180,90 @@ func TestListenerWakesOnCommit(t *testing.T) {
 	}
 	if _, err := NewListener(ListenerConfig{URL: url}); !errors.Is(err, pipeline.ErrInvalidInput) {
 		t.Fatalf("listener without a wake function: %v", err)
+	}
+}
+
+// A deadlock or serialization failure reruns the transaction from the
+// start, a bounded number of times; other errors are returned at once.
+func TestTransactionRetry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := newDatabase(t)
+	s, err := Open(ctx, Config{URL: url, MaxRetries: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	calls := 0
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		calls++
+		if _, err := tx.Exec(ctx, `INSERT INTO process_bindings VALUES ($1, 'worker', 'v1', 0, 0)`, fmt.Sprint("p", calls)); err != nil {
+			return err
+		}
+		if calls < 3 {
+			return &pgconn.PgError{Code: "40P01", Message: "deadlock detected"}
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Fatalf("err %v after %d runs, want success on the third", err, calls)
+	}
+	var rows int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM process_bindings`).Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("%d rows (%v): a failed run's writes survived", rows, err)
+	}
+	calls = 0
+	err = s.inTx(ctx, func(tx pgx.Tx) error { calls++; return &pgconn.PgError{Code: "40001", Message: "could not serialize"} })
+	if !retryable(err) || calls != 3 {
+		t.Fatalf("gave up after %d runs with %v, want 3 runs", calls, err)
+	}
+	calls = 0
+	err = s.inTx(ctx, func(tx pgx.Tx) error { calls++; return pipeline.ErrInvalidInput })
+	if !errors.Is(err, pipeline.ErrInvalidInput) || calls != 1 {
+		t.Fatalf("a refusal was retried: %d runs, %v", calls, err)
+	}
+}
+
+// A listener whose connection is killed reconnects and hears the next
+// commit (polling covers what it missed meanwhile).
+func TestListenerReconnects(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := newDatabase(t)
+	s := openTest(t, url, nil)
+	woken := make(chan string, 16)
+	l, err := NewListener(ListenerConfig{URL: url, Retry: 50 * time.Millisecond, Wake: func(q string) {
+		select {
+		case woken <- q:
+		default:
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Stop(ctx)
+	<-l.Ready()
+	raw := rawPostgres(t, url)
+	var killed bool
+	if err := raw.QueryRow(ctx, `SELECT bool_or(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'LISTEN%'`).Scan(&killed); err != nil || !killed {
+		t.Fatalf("terminate the listener's backend: %v %v", killed, err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; ; i++ {
+		if _, _, err := s.CreateJob(ctx, newJob(fmt.Sprintf("v1-re%d", i))); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-woken:
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the listener never came back after its connection was killed")
+		}
 	}
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -93,23 +94,7 @@ func settle(ctx context.Context, tx pgx.Tx, now int64, jobID string, from pipeli
 // Finish ends the attempt holding lease with outcome o, in one transaction.
 // A lost lease is a *pipeline.FenceError and nothing is written.
 func (s *Store) Finish(ctx context.Context, lease pipeline.Lease, o pipeline.Outcome) error {
-	if o.Status == pipeline.StatusRetryWait && o.NextRunAt.IsZero() {
-		return fmt.Errorf("%w: retry_wait needs a next run time", pipeline.ErrInvalidInput)
-	}
-	if o.Status == pipeline.StatusDeadLettered {
-		if o.Reason == "" {
-			return fmt.Errorf("%w: dead_lettered needs a reason", pipeline.ErrInvalidInput)
-		}
-		if o.ErrorMessage == "" {
-			o.ErrorMessage = deadLetterMessage(o.Reason)
-		}
-		if o.ErrorCode == "" {
-			o.ErrorCode = o.Reason
-		}
-	}
-	return s.inTx(ctx, func(tx pgx.Tx) error {
-		return settle(ctx, tx, s.now(), lease.JobID, pipeline.StatusRunning, lease.AttemptID, o, map[string]any{"attempt": lease.Attempt})
-	})
+	return s.inTx(ctx, func(tx pgx.Tx) error { return finishTx(ctx, tx, s.now(), lease, o) })
 }
 
 // Release gives a job back without counting the attempt as failed (a worker
@@ -310,4 +295,162 @@ func waiveForRetry(ctx context.Context, tx pgx.Tx, now int64, jobID, operator st
 	_, err := tx.Exec(ctx, `UPDATE units SET status = 'planned', external_job_id = '', updated_at = $2
 		WHERE job_id = $1 AND status = 'failed' AND external_job_id <> ''`, jobID, now)
 	return err
+}
+
+// Finished pairs a lease with its outcome for FinishMany.
+type Finished = pipeline.Finished
+
+// FinishMany finishes several attempts in one transaction (a batch
+// completer, like River's). Each result is independent: errs[i] is the
+// error of fs[i] (a fenced-out attempt does not stop the others); the
+// returned error is the transaction's. Outcomes that settle the job take a
+// bulk path of four statements for the whole batch; the others are settled
+// one by one. A refused item has written nothing: its refusal is decided
+// before, or by, its conditional UPDATE, which aborts nothing.
+func (s *Store) FinishMany(ctx context.Context, fs []Finished) (errs []error, err error) {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		errs = make([]error, len(fs))
+		now := s.now()
+		var bulk []int
+		for i, f := range fs {
+			if bulkSettles(f.Outcome) {
+				bulk = append(bulk, i)
+				continue
+			}
+			ferr := finishTx(ctx, tx, now, f.Lease, f.Outcome)
+			var fe *pipeline.FenceError
+			var te *pipeline.TransitionError
+			if ferr != nil && !errors.As(ferr, &fe) && !errors.As(ferr, &te) && !errors.Is(ferr, pipeline.ErrInvalidInput) {
+				return ferr
+			}
+			errs[i] = ferr
+		}
+		return settleBulk(ctx, tx, now, fs, bulk, errs)
+	})
+	return errs, err
+}
+
+// finishTx is Finish inside a transaction.
+func finishTx(ctx context.Context, tx pgx.Tx, now int64, lease pipeline.Lease, o pipeline.Outcome) error {
+	if o.Status == pipeline.StatusRetryWait && o.NextRunAt.IsZero() {
+		return fmt.Errorf("%w: retry_wait needs a next run time", pipeline.ErrInvalidInput)
+	}
+	if o.Status == pipeline.StatusDeadLettered {
+		if o.Reason == "" {
+			return fmt.Errorf("%w: dead_lettered needs a reason", pipeline.ErrInvalidInput)
+		}
+		if o.ErrorMessage == "" {
+			o.ErrorMessage = deadLetterMessage(o.Reason)
+		}
+		if o.ErrorCode == "" {
+			o.ErrorCode = o.Reason
+		}
+	}
+	return settle(ctx, tx, now, lease.JobID, pipeline.StatusRunning, lease.AttemptID, o, map[string]any{"attempt": lease.Attempt})
+}
+
+// bulkSettles says whether an outcome can take the bulk path: it settles
+// the job (no message to reschedule, no dead letter to write).
+func bulkSettles(o pipeline.Outcome) bool {
+	switch o.Status {
+	case pipeline.StatusSucceeded, pipeline.StatusFailed, pipeline.StatusCanceled, pipeline.StatusNeedsReview:
+		return true
+	}
+	return false
+}
+
+// settleBulk is settle for many attempts at once: one fenced UPDATE of
+// every job (which takes their row locks), their events, their acks, and
+// the webhooks of the few jobs that have one. It writes exactly what settle
+// would.
+func settleBulk(ctx context.Context, tx pgx.Tx, now int64, fs []Finished, idx []int, errs []error) error {
+	var (
+		jobs, atts, sts, classes, codes, msgs, results, details []string
+		actions                                                 []int32
+		pos                                                     = map[string]int{}
+	)
+	for _, i := range idx {
+		f := fs[i]
+		if err := pipeline.CheckTransition(pipeline.StatusRunning, f.Outcome.Status); err != nil {
+			errs[i] = err
+			continue
+		}
+		detail := map[string]any{"attempt": f.Lease.Attempt}
+		if f.Outcome.ErrorCode != "" {
+			detail["error_code"] = f.Outcome.ErrorCode
+		}
+		d, err := json.Marshal(detail)
+		if err != nil {
+			return err
+		}
+		if _, twice := pos[f.Lease.JobID]; twice {
+			errs[i] = fmt.Errorf("%w: job %s is twice in one batch", pipeline.ErrInvalidInput, f.Lease.JobID)
+			continue
+		}
+		pos[f.Lease.JobID] = i
+		jobs, atts, sts = append(jobs, f.Lease.JobID), append(atts, f.Lease.AttemptID), append(sts, string(f.Outcome.Status))
+		classes, codes, msgs = append(classes, string(f.Outcome.ErrorClass)), append(codes, f.Outcome.ErrorCode), append(msgs, f.Outcome.ErrorMessage)
+		results, details = append(results, f.Outcome.ResultKey), append(details, string(d))
+		actions = append(actions, int32(boolInt(f.Outcome.RequiresAction)))
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	done := map[string]string{} // job → webhook URL
+	if err := eachRow(tx.Query(ctx, `UPDATE jobs SET status = u.status, status_changed_at = $1, updated_at = $1,
+		next_run_at = NULL, lease_owner = NULL, lease_expires_at = NULL, requires_action = u.action,
+		last_error_class = u.class, last_error_code = u.code, last_error_message = u.msg,
+		result_key = coalesce(nullif(u.result, ''), jobs.result_key), infra_since = NULL
+		FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int[])
+			AS u(job, att, status, class, code, msg, result, action)
+		WHERE jobs.id = u.job AND jobs.attempt_id = u.att AND jobs.status = 'running' AND jobs.lease_expires_at > $1
+		RETURNING jobs.id, jobs.webhook_url`, now, jobs, atts, sts, classes, codes, msgs, results, actions))(func(r pgx.Rows) error {
+		var id, hook string
+		if err := r.Scan(&id, &hook); err != nil {
+			return err
+		}
+		done[id] = hook
+		return nil
+	}); err != nil {
+		return err
+	}
+	var evJobs, evSts, evAtts, evDetails, acked []string
+	for k, id := range jobs {
+		if _, ok := done[id]; !ok {
+			i := pos[id]
+			errs[i] = &pipeline.FenceError{JobID: id, AttemptID: fs[i].Lease.AttemptID, Op: "finish"}
+			continue
+		}
+		evJobs, evSts, evAtts, evDetails = append(evJobs, id), append(evSts, sts[k]), append(evAtts, atts[k]), append(evDetails, details[k])
+		acked = append(acked, id)
+	}
+	if len(acked) == 0 {
+		return nil
+	}
+	evIDs := map[string]int64{}
+	if err := eachRow(tx.Query(ctx, `INSERT INTO job_events (job_id, at, kind, from_status, to_status, attempt_id, detail_json)
+		SELECT e.job, $1, 'status', 'running', e.status, e.att, e.detail::json
+		FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS e(job, status, att, detail, n)
+		ORDER BY e.n RETURNING job_id, id`, now, evJobs, evSts, evAtts, evDetails))(func(r pgx.Rows) error {
+		var job string
+		var id int64
+		if err := r.Scan(&job, &id); err != nil {
+			return err
+		}
+		evIDs[job] = id
+		return nil
+	}); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM queue_messages WHERE job_id = ANY($1::text[])`, acked); err != nil {
+		return err
+	}
+	for k, id := range evJobs {
+		if hook := done[id]; hook != "" {
+			if err := enqueueWebhook(ctx, tx, now, id, hook, evIDs[id], pipeline.Status(evSts[k])); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

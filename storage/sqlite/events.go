@@ -30,24 +30,21 @@ func (s *Store) Events(ctx context.Context, jobID string, afterID int64, limit i
 	if limit <= 0 {
 		limit = 1000
 	}
-	rows, err := s.read.QueryContext(ctx, `SELECT id, job_id, at, kind, from_status, to_status, attempt_id, detail_json
+	return collect(ctx, s.read, scanEvent, `SELECT `+eventColumns+`
 		FROM job_events WHERE job_id = ? AND id > ? ORDER BY id LIMIT ?`, jobID, afterID, limit)
-	if err != nil {
-		return nil, translate(err)
+}
+
+const eventColumns = `id, job_id, at, kind, from_status, to_status, attempt_id, detail_json`
+
+func scanEvent(r rowScanner) (pipeline.Event, error) {
+	var e pipeline.Event
+	var at int64
+	var from, to, detail string
+	if err := r.Scan(&e.ID, &e.JobID, &at, &e.Kind, &from, &to, &e.AttemptID, &detail); err != nil {
+		return e, translate(err)
 	}
-	defer rows.Close()
-	var out []pipeline.Event
-	for rows.Next() {
-		var e pipeline.Event
-		var at int64
-		var from, to, detail string
-		if err := rows.Scan(&e.ID, &e.JobID, &at, &e.Kind, &from, &to, &e.AttemptID, &detail); err != nil {
-			return nil, translate(err)
-		}
-		e.At, e.FromStatus, e.ToStatus, e.Detail = fromMS(at), pipeline.Status(from), pipeline.Status(to), json.RawMessage(detail)
-		out = append(out, e)
-	}
-	return out, translate(rows.Err())
+	e.At, e.FromStatus, e.ToStatus, e.Detail = fromMS(at), pipeline.Status(from), pipeline.Status(to), json.RawMessage(detail)
+	return e, nil
 }
 
 // AppendEvent records a non-status event (stage or unit progress) for the

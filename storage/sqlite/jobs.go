@@ -230,6 +230,18 @@ func (s *Store) ListJobs(ctx context.Context, f pipeline.ListFilter) ([]pipeline
 	if f.RequiresAction {
 		q += ` AND requires_action = 1`
 	}
+	if f.Version != "" {
+		q += ` AND workflow_version = ?`
+		args = append(args, f.Version)
+	}
+	if !f.CreatedBefore.IsZero() {
+		q += ` AND created_at <= ?`
+		args = append(args, ms(f.CreatedBefore))
+	}
+	if !f.CreatedAfter.IsZero() {
+		q += ` AND created_at >= ?`
+		args = append(args, ms(f.CreatedAfter))
+	}
 	if f.After.ID != "" {
 		q += ` AND (created_at < ? OR (created_at = ? AND id < ?))`
 		args = append(args, f.After.CreatedAtMS, f.After.CreatedAtMS, f.After.ID)

@@ -47,15 +47,6 @@ func mustCreate(t *testing.T, s *Store, nj pipeline.NewJob) pipeline.Job {
 	return j
 }
 
-func statusOf(t *testing.T, s *Store, id string) pipeline.Status {
-	t.Helper()
-	j, err := s.GetJob(context.Background(), id)
-	if err != nil {
-		t.Fatalf("get %s: %v", id, err)
-	}
-	return j.Status
-}
-
 func countRows(t *testing.T, s *Store, q string, args ...any) int {
 	t.Helper()
 	var n int

@@ -123,10 +123,7 @@ func (s *Store) finishTx(ctx context.Context, tx *wtx, now int64, lease pipeline
 }
 
 // Finished pairs a lease with its outcome for FinishMany.
-type Finished struct {
-	Lease   pipeline.Lease
-	Outcome pipeline.Outcome
-}
+type Finished = pipeline.Finished
 
 // FinishMany finishes several attempts in one transaction (a batch completer,
 // like River's). Each result is independent: errs[i] is the error of fs[i]

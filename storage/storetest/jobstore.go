@@ -294,6 +294,10 @@ func testFencingZombieAttempt(t *testing.T, h *Harness) {
 		},
 		"stage": func() error { return s.StageFinished(ctx, a.Lease, "execute", 3, nil) },
 		"event": func() error { return s.AppendEvent(ctx, a.Lease, pipeline.EventUnitGenerated, nil) },
+		"finishMany": func() error {
+			errs, err := s.FinishMany(ctx, []pipeline.Finished{{Lease: a.Lease, Outcome: pipeline.Outcome{Status: pipeline.StatusSucceeded}}})
+			return errors.Join(err, errs[0])
+		},
 	}
 	for name, w := range writes {
 		err := w()

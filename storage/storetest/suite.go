@@ -86,4 +86,8 @@ var suite = []struct {
 	{"QueueStats", testQueueStats},
 	{"AbandonRacesNewClaim", testAbandonRacesNewClaim},
 	{"DeadLetterInsertFailureRollsBack", testDeadLetterInsertFailureRollsBack},
+	{"JobStory", testJobStory},
+	{"ListJobsVersionAndAge", testListJobsVersionAndAge},
+	{"FinishManyIsolatesFencedAttempts", testFinishManyIsolatesFencedAttempts},
+	{"FinishManyMixedBatch", testFinishManyMixedBatch},
 }

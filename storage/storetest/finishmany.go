@@ -1,37 +1,46 @@
-package sqlite
+package storetest
 
 import (
 	"context"
-	"encoding/json"
+	"edgepipe/pipeline"
+	"errors"
 	"testing"
 	"time"
-
-	"edgepipe/pipeline"
 )
 
-// lastStatusEvent returns the detail of a job's latest status event.
-func lastStatusEvent(t *testing.T, s *Store, id string) (pipeline.Event, map[string]any) {
-	t.Helper()
-	evs, err := s.Events(context.Background(), id, 0, 0)
-	if err != nil || len(evs) == 0 {
-		t.Fatalf("events of %s: %d, %v", id, len(evs), err)
+func testFinishManyIsolatesFencedAttempts(t *testing.T, h *Harness) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := pipeline.NewManualClock(t0)
+	s := h.open(t, clock)
+	mustCreate(t, s, newJob("v1-a"))
+	mustCreate(t, s, newJob("v1-b"))
+	cs, _, _ := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 2, LeaseFor: time.Minute})
+	if len(cs) != 2 {
+		t.Fatal(len(cs))
 	}
-	last := evs[len(evs)-1]
-	var d map[string]any
-	if err := json.Unmarshal(last.Detail, &d); err != nil {
-		t.Fatal(err)
+	stale := cs[1].Lease
+	stale.AttemptID = "att_bogus"
+	errs, err := s.FinishMany(ctx, []pipeline.Finished{
+		{Lease: cs[0].Lease, Outcome: pipeline.Outcome{Status: pipeline.StatusSucceeded}},
+		{Lease: stale, Outcome: pipeline.Outcome{Status: pipeline.StatusSucceeded}},
+	})
+	if err != nil || errs[0] != nil || !errors.Is(errs[1], pipeline.ErrLeaseLost) {
+		t.Fatalf("errs %v err %v", errs, err)
 	}
-	return last, d
+	if statusOf(t, s, "v1-a") != pipeline.StatusSucceeded || statusOf(t, s, "v1-b") != pipeline.StatusRunning {
+		t.Fatal("batch results not independent")
+	}
 }
 
 // FinishMany settles a batch mixing outcomes that take the bulk path
 // (succeeded, failed) and ones that do not (retry_wait): every job ends as
 // told, each status event carries its error code, if any, and a settled
 // job with a webhook gets its delivery.
-func TestFinishManyMixedBatch(t *testing.T) {
+func testFinishManyMixedBatch(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	s := h.open(t, pipeline.NewManualClock(t0))
 	ids := []string{"v1-m0", "v1-m1", "v1-m2", "v1-m3"}
 	for _, id := range ids {
 		nj := newJob(id)
@@ -50,9 +59,9 @@ func TestFinishManyMixedBatch(t *testing.T) {
 		"v1-m2": {Status: pipeline.StatusFailed, ErrorClass: pipeline.ClassPermanent, ErrorCode: "bad_prompt", ErrorMessage: "refused"},
 		"v1-m3": {Status: pipeline.StatusRetryWait, NextRunAt: t0.Add(2 * time.Minute), ErrorClass: pipeline.ClassTransient, ErrorCode: "provider_timeout"},
 	}
-	var fs []Finished
+	var fs []pipeline.Finished
 	for _, c := range cs {
-		fs = append(fs, Finished{Lease: c.Lease, Outcome: outcomes[c.Job.ID]})
+		fs = append(fs, pipeline.Finished{Lease: c.Lease, Outcome: outcomes[c.Job.ID]})
 	}
 	errs, err := s.FinishMany(ctx, fs)
 	if err != nil {
