@@ -93,8 +93,8 @@ func TestCrashMatrix(t *testing.T) {
 	if len(missed) > 0 && !t.Failed() {
 		t.Errorf("failpoints never reached: %s", strings.Join(missed, ", "))
 	}
-	t.Logf("crash matrix: %d cases (%d failpoints × v1,v2%s), %d SIGKILLs, %d jobs, in %s",
-		len(cases), len(failpoint.Names), map[bool]string{true: " × @1,@3", false: ""}[fullMode],
+	t.Logf("crash matrix on %s: %d cases (%d failpoints × v1,v2%s), %d SIGKILLs, %d jobs, in %s",
+		storeKind, len(cases), len(failpoint.Names), map[bool]string{true: " × @1,@3", false: ""}[fullMode],
 		kills.Load(), jobs.Load(), time.Since(start).Round(time.Second))
 }
 

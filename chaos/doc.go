@@ -18,6 +18,11 @@
 //	                           last byte (needs root; skips otherwise)
 //	TestSoak                   2,000 small jobs, 1 API + 3 worker processes
 //	                           on one database, ~10% provider faults
+//	TestMultiNode              Postgres + MinIO, 1 API + 3 worker processes
+//	                           (v1 | v2 | v1,v2) each on its own empty data
+//	                           directory, 100 jobs, two workers SIGKILLed and
+//	                           replaced on new empty directories; versions per
+//	                           attempt, the fake provider's own ledger, check
 //
 // Run them with scripts/chaos.sh (make chaos), or directly:
 //
@@ -35,6 +40,12 @@
 //	CHAOS_SOAK_JOBS=N     soak size (default 2000)
 //	CHAOS_SOAK_TIMEOUT=d  soak bound (default 45m)
 //	CHAOS_LOG_DIR=dir     keep every process log and data directory there
+//	CHAOS_STORE=postgres  run every cluster on a fresh Postgres database of
+//	                      the server EDGEPIPE_TEST_DATABASE_URL names
+//	                      (scripts/postgres.sh); default sqlite. Tests that
+//	                      break the SQLite file skip on Postgres; TestMultiNode
+//	                      always runs on Postgres (it fails under CI without
+//	                      a server, and skips elsewhere)
 //
 // What the package itself exports is Proxy, a TCP fault proxy that sits
 // between edgepipe and its object store and injects latency, refused

@@ -13,7 +13,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,8 +28,6 @@ import (
 
 	"edgepipe/client"
 	"edgepipe/pipeline"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // Settings of the suites (see the package documentation).
@@ -38,8 +35,20 @@ var (
 	fullMode  = os.Getenv("CHAOS_FULL") != ""
 	raceBuild = os.Getenv("CHAOS_RACE") != ""
 	logRoot   = os.Getenv("CHAOS_LOG_DIR")
+	// storeKind is the job store every cluster runs on: "sqlite" (the
+	// embedded file in the data directory) or "postgres" (CHAOS_STORE=postgres:
+	// a fresh database per cluster on the server of
+	// EDGEPIPE_TEST_DATABASE_URL, which scripts/postgres.sh starts).
+	storeKind = or(os.Getenv("CHAOS_STORE"), "sqlite")
 	binPath   string // the edgepipe binary under test
 )
+
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
 
 const (
 	tenantToken = "chaos-tenant-token-0001"
@@ -71,6 +80,12 @@ var builtDir string
 // setup builds the binary (unless CHAOS_BIN names one) and makes sure
 // ffmpeg is there. A negative code means "run the tests".
 func setup() (int, error) {
+	if storeKind != "sqlite" && storeKind != "postgres" {
+		return 1, fmt.Errorf("CHAOS_STORE: must be sqlite or postgres, got %q", storeKind)
+	}
+	if storeKind == "postgres" && os.Getenv("EDGEPIPE_TEST_DATABASE_URL") == "" {
+		return 1, fmt.Errorf("CHAOS_STORE=postgres needs EDGEPIPE_TEST_DATABASE_URL (eval \"$(scripts/postgres.sh start)\")")
+	}
 	for _, tool := range []string{"ffmpeg", "ffprobe"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if os.Getenv("CI") != "" {
@@ -263,12 +278,15 @@ func baseEnv(kv ...string) []string {
 // ---------------------------------------------------------------- cluster
 
 // cluster is one edgepipe deployment under test: a data directory shared by
-// every process and restart, a fake provider process whose ledger survives
-// edgepipe's deaths, and the edgepipe processes.
+// every process and restart (on Postgres it holds no job store, only a
+// worker's spool), a fake provider process whose ledger survives edgepipe's
+// deaths, and the edgepipe processes.
 type cluster struct {
 	t       testing.TB
 	name    string
 	dataDir string
+	// dbURL is the cluster's own Postgres database, "" on SQLite.
+	dbURL   string
 	logDir  string
 	fake    *proc
 	fakeURL string
@@ -291,11 +309,14 @@ type clusterConfig struct {
 	Env []string
 	// DataDir, when set, is used instead of a new temporary directory.
 	DataDir string
+	// Postgres puts the job store on a fresh Postgres database whatever
+	// CHAOS_STORE says.
+	Postgres bool
 }
 
 func newCluster(t testing.TB, cfg clusterConfig) *cluster {
 	t.Helper()
-	c := &cluster{t: t, name: t.Name(), logDir: logDir(t), env: append(postgresEnv(t), cfg.Env...), dataDir: cfg.DataDir}
+	c := &cluster{t: t, name: t.Name(), logDir: logDir(t), env: cfg.Env, dataDir: cfg.DataDir}
 	if c.dataDir == "" {
 		c.dataDir = t.TempDir()
 		if logRoot != "" {
@@ -303,6 +324,10 @@ func newCluster(t testing.TB, cfg clusterConfig) *cluster {
 			c.dataDir = filepath.Join(c.logDir, "data")
 			_ = os.RemoveAll(c.dataDir)
 		}
+	}
+	if cfg.Postgres || storeKind == "postgres" {
+		c.dbURL = freshDatabase(t)
+		c.env = append(slices.Clone(c.env), "EDGEPIPE_DATABASE_URL="+c.dbURL)
 	}
 	seed := cfg.Seed
 	if seed == 0 {
@@ -905,43 +930,4 @@ func (c *cluster) probeAll(ctx context.Context, js []job) int {
 		n++
 	}
 	return n
-}
-
-// postgresEnv: with CHAOS_STORE=postgres the cluster's job store is a fresh
-// Postgres database on the server of EDGEPIPE_TEST_DATABASE_URL
-// (scripts/postgres.sh) instead of the SQLite file in its data directory,
-// so the crash matrix runs on both stores.
-func postgresEnv(t testing.TB) []string {
-	t.Helper()
-	if os.Getenv("CHAOS_STORE") != "postgres" {
-		return nil
-	}
-	admin := os.Getenv("EDGEPIPE_TEST_DATABASE_URL")
-	if admin == "" {
-		t.Fatal("CHAOS_STORE=postgres needs EDGEPIPE_TEST_DATABASE_URL (scripts/postgres.sh start)")
-	}
-	u, err := url.Parse(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "edgepipe_chaos_" + hex.EncodeToString(b[:])
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if c, err := pgx.Connect(context.Background(), admin); err == nil {
-			_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			c.Close(context.Background())
-		}
-	})
-	u.Path = "/" + name
-	return []string{"EDGEPIPE_DATABASE_URL=" + u.String()}
 }

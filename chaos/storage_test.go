@@ -239,6 +239,7 @@ func countLog(c *cluster, needles ...string) int {
 // and retry it; nothing may be lost or left inconsistent.
 func TestSQLiteBusy(t *testing.T) {
 	t.Parallel()
+	sqliteOnly(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	c := newCluster(t, clusterConfig{Env: []string{"EDGEPIPE_RETRY_MAX_ATTEMPTS=20"}})
@@ -322,6 +323,7 @@ func TestSQLiteBusy(t *testing.T) {
 // elsewhere it skips saying so.
 func TestDiskFull(t *testing.T) {
 	t.Parallel()
+	sqliteOnly(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	mnt := filepath.Join(t.TempDir(), "tmpfs")
@@ -428,6 +430,7 @@ func fillDisk(path string) (int64, error) {
 // as an unexpected error for a human.
 func TestStoreBusyBeforePrepare(t *testing.T) {
 	t.Parallel()
+	sqliteOnly(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	c := newCluster(t, clusterConfig{})

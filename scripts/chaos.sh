@@ -9,9 +9,15 @@
 #                             2,000-job soak on its own so its figures are not
 #                             disturbed by the other suites
 #   scripts/chaos.sh --ci     CI on every run: the shortened crash matrix
-#                             (every failpoint × v1,v2, crash@1, 2 jobs a case),
-#                             the storage outage shortened to 60 s, and the
-#                             wiped-spool kills
+#                             (every failpoint × v1,v2, crash@1, 2 jobs a case)
+#                             on SQLite and again on Postgres, the multi-node
+#                             test (Postgres, 1 API + 3 workers, 100 jobs, two
+#                             worker SIGKILLs), the storage outage shortened to
+#                             60 s, and the wiped-spool kills
+#
+#   Both modes need PostgreSQL: EDGEPIPE_TEST_DATABASE_URL names the server
+#   (.ci/run starts one); when it is unset this script starts a throwaway
+#   cluster with scripts/postgres.sh and stops it at the end.
 #
 #   CHAOS_FULL=1              the full crash matrix (× crash@1,@3, 5 jobs a
 #                             case), with or without --ci
@@ -19,11 +25,10 @@
 #   CHAOS_RACE=1              build edgepipe with -race; any report fails
 #   CHAOS_LOG_DIR=dir         keep every process log and data directory
 #   CHAOS_PARALLEL=N          cases run at once (default 3)
+#   CHAOS_STORE=sqlite|postgres  the job store of the suites run without an
+#                             explicit one here (the script sets it per step)
 #   CHAOS_OUTAGE=DUR          how long TestStorageOutage stops MinIO (default
 #                             5m; 60s with --ci)
-#   CHAOS_STORE=postgres      every cluster's job store is a fresh database on
-#                             the server of EDGEPIPE_TEST_DATABASE_URL
-#                             (scripts/postgres.sh start) instead of SQLite
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$HOME/go/bin:$PATH"
@@ -46,7 +51,19 @@ if [ ! -x "$EDGEPIPE_MINIO_BIN" ]; then
 fi
 
 bin_dir=$(mktemp -d)
-trap 'rm -rf "$bin_dir"' EXIT
+pg_dir=""
+cleanup() {
+  rm -rf "$bin_dir"
+  if [ -n "$pg_dir" ]; then scripts/postgres.sh stop "$pg_dir"; fi
+}
+trap cleanup EXIT
+if [ -z "${EDGEPIPE_TEST_DATABASE_URL:-}" ]; then
+  echo "== starting a throwaway PostgreSQL (scripts/postgres.sh)"
+  eval "$(scripts/postgres.sh start)"
+  pg_dir="$EDGEPIPE_PG_DIR"
+  unset EDGEPIPE_PG_DIR
+fi
+export EDGEPIPE_TEST_DATABASE_URL
 race=()
 [ -n "${CHAOS_RACE:-}" ] && race=(-race)
 go build "${race[@]}" -o "$bin_dir/edgepipe" ./cmd/edgepipe
@@ -63,14 +80,21 @@ chaos_test() {
 
 rc=0
 if [ "$mode" = ci ]; then
-  echo "== chaos: crash matrix ($([ -n "${CHAOS_FULL:-}" ] && echo full || echo shortened))"
-  chaos_test -run '^TestCrashMatrix$' -parallel "$parallel" -timeout 40m || rc=1
+  echo "== chaos: crash matrix on SQLite ($([ -n "${CHAOS_FULL:-}" ] && echo full || echo shortened))"
+  CHAOS_STORE=sqlite chaos_test -run '^TestCrashMatrix$' -parallel "$parallel" -timeout 40m || rc=1
+  echo "== chaos: crash matrix on Postgres ($([ -n "${CHAOS_FULL:-}" ] && echo full || echo shortened)), a database per case"
+  CHAOS_STORE=postgres chaos_test -run '^TestCrashMatrix$' -parallel "$parallel" -timeout 40m || rc=1
+  echo "== chaos: multi-node on Postgres + MinIO (1 API + 3 workers, own empty data directories, 100 jobs, 2 worker SIGKILLs)"
+  chaos_test -run '^TestMultiNode$' -timeout 25m || rc=1
   echo "== chaos: storage outage (${CHAOS_OUTAGE:-60s}) and wiped spool after kills"
   CHAOS_OUTAGE="${CHAOS_OUTAGE:-60s}" chaos_test -run '^(TestStorageOutage|TestWipedSpoolAfterKill)$' -parallel 2 -timeout 30m || rc=1
 else
-  echo "== chaos: crash matrix, random kills, storage faults and outage, wiped spool"
-  chaos_test -run '^(TestCrashMatrix|TestRandomKills|TestStorageFaults|TestStorageOutage|TestWipedSpoolAfterKill|TestSQLiteBusy|TestStoreBusyBeforePrepare|TestDiskFull)$' \
+  echo "== chaos: crash matrix, random kills, storage faults and outage, wiped spool (SQLite)"
+  CHAOS_STORE=sqlite chaos_test -run '^(TestCrashMatrix|TestRandomKills|TestStorageFaults|TestStorageOutage|TestWipedSpoolAfterKill|TestSQLiteBusy|TestStoreBusyBeforePrepare|TestDiskFull)$' \
     -parallel "$parallel" -timeout 60m || rc=1
+  echo "== chaos: crash matrix and random kills on Postgres, then the multi-node test"
+  CHAOS_STORE=postgres chaos_test -run '^(TestCrashMatrix|TestRandomKills)$' -parallel "$parallel" -timeout 60m || rc=1
+  chaos_test -run '^TestMultiNode$' -timeout 25m || rc=1
   # The soak runs even when something above failed: its figures are part
   # of the report either way.
   echo "== chaos: soak"

@@ -44,6 +44,9 @@ func (e *cliEnv) serve(ctx context.Context, args []string) error {
 	if err := cfg.Check(cfg.Workers); err != nil {
 		return err
 	}
+	if err := cfg.CheckShared(); err != nil {
+		return err
+	}
 	if len(cfg.Tokens) == 0 {
 		if err := devMode(&cfg, e.stderr); err != nil {
 			return err

@@ -214,6 +214,9 @@ func (a *App) Build(ctx context.Context, withAPI, withSweeper bool, workers int)
 		}
 		secret := a.Cfg.WebhookSecret
 		if secret == "" {
+			if a.Cfg.DatabaseURL() != "" {
+				return nil, fmt.Errorf("EDGEPIPE_WEBHOOK_SECRET: %w", ErrLocalOnlyState)
+			}
 			if secret, err = a.webhookSecret(); err != nil {
 				return nil, err
 			}

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -115,4 +116,28 @@ func wakeHints(cfg Config, queues []string, log *slog.Logger) (*postgres.Listene
 		return nil, nil, err
 	}
 	return l, wake, nil
+}
+
+// ErrLocalOnlyState is what a process sharing a Postgres job store refuses
+// to start with: a setting that would otherwise be generated into this
+// machine's data directory, where another machine cannot read it.
+var ErrLocalOnlyState = errors.New("must be set when EDGEPIPE_DATABASE_URL is: processes sharing a database may run on other machines, and a value generated into one data directory would differ on each")
+
+// CheckShared refuses the settings a serve process (API, sweeper, webhook
+// dispatcher) would otherwise keep only in its data directory when the job
+// store is shared: tenant tokens (development mode mints one per data
+// directory, so a second API process would reject the first one's clients)
+// and the webhook signing secret (each dispatcher would sign with its own,
+// and receivers could not verify half the deliveries).
+func (c Config) CheckShared() error {
+	if c.DatabaseURL() == "" {
+		return nil
+	}
+	if len(c.Tokens) == 0 {
+		return fmt.Errorf("EDGEPIPE_TOKENS: %w", ErrLocalOnlyState)
+	}
+	if c.WebhookSecret == "" {
+		return fmt.Errorf("EDGEPIPE_WEBHOOK_SECRET: %w", ErrLocalOnlyState)
+	}
+	return nil
 }

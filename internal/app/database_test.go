@@ -1,0 +1,63 @@
+package app
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A serve process sharing a Postgres job store refuses to generate tokens
+// or a webhook secret into its own data directory: another machine's
+// process would make different ones (issue 15: no shared local disk).
+func TestCheckShared(t *testing.T) {
+	t.Parallel()
+	const url = "postgres://edgepipe:sekrit@db:5432/edgepipe"
+	tokens := "tok-0123456789abcdef0123:acme"
+	secret := "webhook-secret-0123456789abcdef"
+	for _, tt := range []struct {
+		name    string
+		env     map[string]string
+		missing string // the setting named in the error, "" = accepted
+	}{
+		{"sqlite without either", map[string]string{}, ""},
+		{"postgres with both", map[string]string{"EDGEPIPE_DATABASE_URL": url, "EDGEPIPE_TOKENS": tokens, "EDGEPIPE_WEBHOOK_SECRET": secret}, ""},
+		{"postgres without tokens", map[string]string{"EDGEPIPE_DATABASE_URL": url, "EDGEPIPE_WEBHOOK_SECRET": secret}, "EDGEPIPE_TOKENS"},
+		{"postgres without secret", map[string]string{"EDGEPIPE_DATABASE_URL": url, "EDGEPIPE_TOKENS": tokens}, "EDGEPIPE_WEBHOOK_SECRET"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := testConfig(t, t.TempDir(), tt.env).CheckShared()
+			if tt.missing == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrLocalOnlyState) || !strings.HasPrefix(err.Error(), tt.missing+": ") || strings.Contains(err.Error(), "sekrit") {
+				t.Fatalf("err = %v; want ErrLocalOnlyState naming %s, without the URL", err, tt.missing)
+			}
+		})
+	}
+}
+
+// Build refuses too (for callers of the package that skip CheckShared):
+// with a shared database it never generates a webhook secret file.
+func TestBuildRefusesLocalWebhookSecretOnSharedDatabase(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a, err := Open(t.Context(), testConfig(t, dir, nil), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	a.Cfg = testConfig(t, dir, map[string]string{"EDGEPIPE_DATABASE_URL": "postgres://db/edgepipe"})
+	if _, err := a.Build(t.Context(), false, true, 0); !errors.Is(err, ErrLocalOnlyState) {
+		t.Fatalf("Build = %v, want ErrLocalOnlyState", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, WebhookSecretFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a webhook secret file was made in the data directory: %v", err)
+	}
+}
