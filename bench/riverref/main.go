@@ -134,6 +134,7 @@ func main() {
 	runs := flag.Int("runs", 1, "Postgres mode: alternating runs per process count")
 	childSide := flag.String("child", "", "internal: run as a Postgres worker process of this side (edgepipe|river)")
 	childURL := flag.String("child-url", "", "internal: the child's database URL")
+	childProfile := flag.String("child-cpuprofile", "", "Postgres mode: every worker process writes a CPU profile to FILE.<side>.<pid>")
 	flag.Parse()
 
 	level := slog.LevelWarn
@@ -160,7 +161,7 @@ func main() {
 	}
 
 	if *childSide != "" || *pgURL != "" {
-		if err := runPG(ctx, &cfg, *pgURL, *procs, *runs, *childSide, *childURL); err != nil {
+		if err := runPG(ctx, &cfg, *pgURL, *procs, *runs, *childSide, *childURL, *childProfile); err != nil {
 			fmt.Fprintln(os.Stderr, "riverref:", err)
 			pprof.StopCPUProfile()
 			os.Exit(1)

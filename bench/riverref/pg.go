@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +40,9 @@ type PGConfig struct {
 	Procs    []int // worker process counts to measure
 	Runs     int   // alternating runs per process count
 	Config   *Config
+	// ChildProfile, when set, makes every worker process write a CPU
+	// profile to ChildProfile.<side>.<pid>.
+	ChildProfile string
 }
 
 // pgSide is one queue under test.
@@ -147,6 +151,9 @@ func startChildren(ctx context.Context, side, url string, pc *PGConfig, procs in
 			"-workers", strconv.Itoa(pc.Workers),
 			"-fetch-cooldown", pc.Config.FetchCooldown.String(),
 			"-fetch-poll-interval", pc.Config.FetchPollInterval.String())
+		if pc.ChildProfile != "" {
+			cmd.Args = append(cmd.Args, "-child-cpuprofile", pc.ChildProfile+"."+side)
+		}
 		cmd.Stderr = os.Stderr
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -472,8 +479,19 @@ func parseProcs(s string) ([]int, error) {
 }
 
 // runPG is main's Postgres mode: a child worker process, or the matrix.
-func runPG(ctx context.Context, cfg *Config, url, procs string, runs int, childSide, childURL string) error {
+func runPG(ctx context.Context, cfg *Config, url, procs string, runs int, childSide, childURL, childProfile string) error {
 	if childSide != "" {
+		if childProfile != "" {
+			f, err := os.Create(fmt.Sprintf("%s.%d", childProfile, os.Getpid()))
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return err
+			}
+			defer pprof.StopCPUProfile()
+		}
 		return runChild(ctx, childSide, childURL, cfg)
 	}
 	ps, err := parseProcs(procs)
@@ -488,5 +506,5 @@ func runPG(ctx context.Context, cfg *Config, url, procs string, runs int, childS
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	return RunPGMatrix(ctx, &PGConfig{AdminURL: url, Jobs: cfg.Jobs, Workers: cfg.Workers, Procs: ps, Runs: runs, Config: cfg}, os.Stdout)
+	return RunPGMatrix(ctx, &PGConfig{AdminURL: url, Jobs: cfg.Jobs, Workers: cfg.Workers, Procs: ps, Runs: runs, Config: cfg, ChildProfile: childProfile}, os.Stdout)
 }
