@@ -129,6 +129,12 @@ func main() {
 	flag.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "abort the run after this long")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	verbose := flag.Bool("v", false, "log River at info level and print the pragmas in force to stderr")
+	pgURL := flag.String("pg", "", "Postgres mode: a postgres:// URL of a database on a server where run databases may be created; compares edgepipe with River (riverpgxv5)")
+	procs := flag.String("procs", "1,2,4", "Postgres mode: worker process counts")
+	runs := flag.Int("runs", 1, "Postgres mode: alternating runs per process count")
+	childSide := flag.String("child", "", "internal: run as a Postgres worker process of this side (edgepipe|river)")
+	childURL := flag.String("child-url", "", "internal: the child's database URL")
+	childProfile := flag.String("child-cpuprofile", "", "Postgres mode: every worker process writes a CPU profile to FILE.<side>.<pid>")
 	flag.Parse()
 
 	level := slog.LevelWarn
@@ -154,6 +160,14 @@ func main() {
 		defer pprof.StopCPUProfile()
 	}
 
+	if *childSide != "" || *pgURL != "" {
+		if err := runPG(ctx, &cfg, *pgURL, *procs, *runs, *childSide, *childURL, *childProfile); err != nil {
+			fmt.Fprintln(os.Stderr, "riverref:", err)
+			pprof.StopCPUProfile()
+			os.Exit(1)
+		}
+		return
+	}
 	res, err := Run(ctx, &cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "riverref:", err)

@@ -31,11 +31,12 @@ upload  streams --mib MiB of unknown length, generated on the fly, through
         and prints the ratio.
 
 api     runs wrk (Debian package wrk) against the real API (a fresh SQLite
-        database in a temporary directory, API only, no workers): every
+        database in a temporary directory, or the Postgres database of
+        EDGEPIPE_DATABASE_URL when set; API only, no workers): every
         request a POST /v1/jobs with its own Idempotency-Key, so every 202 is a
         committed job. Then the same load against a bare echo handler that
         answers 202 without doing anything, in the same run. Prints both
-        rates, p50/p99 latency, the ratio, and checks the database holds
+        rates, p50/p99 latency, the ratio, and checks the database gained
         exactly as many jobs as 202s were answered.
 
 The queue burn-down benchmark is a Go benchmark:

@@ -16,9 +16,24 @@ import (
 	"time"
 
 	"edgepipe/api"
+	"edgepipe/pipeline"
 	"edgepipe/routing"
 	"edgepipe/storage/fs"
+	"edgepipe/storage/postgres"
 	"edgepipe/storage/sqlite"
+)
+
+// benchStore is what bench api needs of a job store: the API's interface,
+// a count to check against the 202s, and Close.
+type benchStore interface {
+	api.Store
+	CountByStatus(ctx context.Context) (map[pipeline.Status]int, error)
+	Close() error
+}
+
+var (
+	_ benchStore = (*sqlite.Store)(nil)
+	_ benchStore = (*postgres.Store)(nil)
 )
 
 // wrkScript is api/testdata/wrk-submit.lua, looked up next to the binary's
@@ -40,17 +55,25 @@ func benchAPI(ctx context.Context, args []string) error {
 	if _, err := os.Stat(*script); err != nil {
 		return fmt.Errorf("--script: %w", err)
 	}
+	cfg, _, err := loadConfig()
+	if err != nil {
+		return err
+	}
 	dir, err := os.MkdirTemp("", "edgepipe-bench-api-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	st, realURL, stopReal, err := benchAPIServer(ctx, dir)
+	st, realURL, stopReal, err := benchAPIServer(ctx, dir, cfg.DatabaseURL())
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	defer stopReal()
+	before, err := storedJobs(ctx, st)
+	if err != nil {
+		return err
+	}
 	bareURL, stopBare, err := serveLoopback(api.BareHandler())
 	if err != nil {
 		return err
@@ -78,21 +101,46 @@ func benchAPI(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return reportBenchAPI(ctx, st, real, bare, *conns)
+	fmt.Printf("job store: %s\n", cfg.DatabaseKind())
+	return reportBenchAPI(ctx, st, before, real, bare, *conns)
 }
 
 // benchAPIToken is the bench tenant's token, handed to wrk's script.
 const benchAPIToken = "bench-token-0123456789"
 
-// benchAPIServer serves the real API on a fresh store in dir, on loopback.
-// The caller closes the store after stopping the server.
-func benchAPIServer(ctx context.Context, dir string) (*sqlite.Store, string, func(), error) {
+// openBenchStore opens the Postgres store of databaseURL when it is set
+// (EDGEPIPE_DATABASE_URL; it may already hold jobs, so the check counts
+// the difference), else a fresh SQLite file in dir.
+func openBenchStore(ctx context.Context, dir, databaseURL string, log *slog.Logger) (benchStore, error) {
+	if databaseURL != "" {
+		return postgres.Open(ctx, postgres.Config{URL: databaseURL, Logger: log})
+	}
+	return sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "edgepipe.db"), Logger: log})
+}
+
+// storedJobs counts every job in the store.
+func storedJobs(ctx context.Context, st benchStore) (int, error) {
+	counts, err := st.CountByStatus(ctx)
+	if err != nil {
+		return 0, err
+	}
+	stored := 0
+	for _, n := range counts {
+		stored += n
+	}
+	return stored, nil
+}
+
+// benchAPIServer serves the real API on the bench store (see
+// openBenchStore), on loopback. The caller closes the store after stopping
+// the server.
+func benchAPIServer(ctx context.Context, dir, databaseURL string) (benchStore, string, func(), error) {
 	log := slog.New(slog.DiscardHandler)
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "edgepipe.db")})
+	st, err := openBenchStore(ctx, dir, databaseURL, log)
 	if err != nil {
 		return nil, "", nil, err
 	}
-	fail := func(err error) (*sqlite.Store, string, func(), error) {
+	fail := func(err error) (benchStore, string, func(), error) {
 		st.Close()
 		return nil, "", nil, err
 	}
@@ -165,18 +213,15 @@ func parseWrk(text string) (wrkResult, error) {
 
 // reportBenchAPI prints both runs and checks that every 202 is a stored
 // job and that every submission got one.
-func reportBenchAPI(ctx context.Context, st *sqlite.Store, real, bare wrkResult, conns int) error {
-	counts, err := st.CountByStatus(ctx)
+func reportBenchAPI(ctx context.Context, st benchStore, before int, real, bare wrkResult, conns int) error {
+	after, err := storedJobs(ctx, st)
 	if err != nil {
 		return err
 	}
-	stored := 0
-	for _, n := range counts {
-		stored += n
-	}
+	stored := after - before
 	fmt.Printf("durable submissions: %8.0f /s  (202s: %d, other: %d)  p50 %s  p99 %s\n", real.accepted, real.n202, real.non202, real.p50, real.p99)
 	fmt.Printf("bare echo handler:   %8.0f /s  p50 %s  p99 %s\n", bare.rps, bare.p50, bare.p99)
-	fmt.Printf("durable / bare: %.1f%%   jobs in the database: %d\n", 100*real.accepted/bare.rps, stored)
+	fmt.Printf("durable / bare: %.1f%%   new jobs in the database: %d\n", 100*real.accepted/bare.rps, stored)
 	// wrk stops counting at the deadline while up to one request per
 	// connection is still in flight; those commit but go uncounted.
 	if stored < real.n202 || stored > real.n202+conns {

@@ -1,0 +1,510 @@
+package main
+
+// Postgres mode: edgepipe's storage/postgres queue against River's
+// riverpgxv5 driver on the same Postgres server, with 1, 2, 4… worker
+// PROCESSES per side. Each side gets its own fresh database per run so the
+// two never share tables, locks or autovacuum work. The parent inserts the
+// jobs, starts the worker processes (this binary re-executed with -child),
+// waits until every child has connected, then releases them all at once and
+// polls the completed count until all jobs are done.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"edgepipe/pipeline"
+	"edgepipe/storage/postgres"
+)
+
+// PGConfig is one Postgres matrix invocation.
+type PGConfig struct {
+	AdminURL string // a database on the server where run databases may be created
+	Jobs     int
+	Workers  int   // goroutines per process (River MaxWorkers) on both sides
+	Procs    []int // worker process counts to measure
+	Runs     int   // alternating runs per process count
+	Config   *Config
+	// ChildProfile, when set, makes every worker process write a CPU
+	// profile to ChildProfile.<side>.<pid>.
+	ChildProfile string
+}
+
+// pgSide is one queue under test.
+type pgSide struct {
+	name      string
+	insert    func(ctx context.Context, url string, jobs int) error
+	doneQuery string // counts completed jobs
+}
+
+var pgSides = []pgSide{
+	{name: "edgepipe", insert: insertEdgepipe, doneQuery: `SELECT count(*) FROM jobs WHERE status = 'succeeded'`},
+	{name: "river", insert: insertRiver, doneQuery: `SELECT count(*) FROM river_job WHERE state = 'completed'`},
+}
+
+// RunPGMatrix measures every process count Runs times, alternating the two
+// sides within each run, and prints the median table.
+func RunPGMatrix(ctx context.Context, pc *PGConfig, w io.Writer) error {
+	rates := map[string]map[int][]float64{"edgepipe": {}, "river": {}}
+	for _, procs := range pc.Procs {
+		for run := 1; run <= pc.Runs; run++ {
+			order := pgSides
+			if run%2 == 0 { // alternate who goes first
+				order = []pgSide{pgSides[1], pgSides[0]}
+			}
+			for _, side := range order {
+				d, err := pgBurnDown(ctx, pc, side, procs)
+				if err != nil {
+					return fmt.Errorf("%s, %d processes, run %d: %w", side.name, procs, run, err)
+				}
+				rate := float64(pc.Jobs) / d.Seconds()
+				rates[side.name][procs] = append(rates[side.name][procs], rate)
+				fmt.Fprintf(os.Stderr, "%s procs=%d run=%d: %d jobs in %.3fs = %.0f jobs/s (load %s)\n",
+					side.name, procs, run, pc.Jobs, d.Seconds(), rate, loadAvg())
+			}
+		}
+	}
+	fmt.Fprintf(w, "postgres burn-down: %d no-op jobs, %d workers per process, median of %d run(s), load average %s\n",
+		pc.Jobs, pc.Workers, pc.Runs, loadAvg())
+	fmt.Fprintln(w, "| processes | edgepipe jobs/s | River jobs/s | ratio |")
+	fmt.Fprintln(w, "|---|---|---|---|")
+	for _, procs := range pc.Procs {
+		e, r := median(rates["edgepipe"][procs]), median(rates["river"][procs])
+		fmt.Fprintf(w, "| %d | %.0f | %.0f | %.2f× |\n", procs, e, r, e/r)
+	}
+	return nil
+}
+
+// pgBurnDown runs one side once on a fresh database and returns the time
+// from releasing the workers to the last completed job.
+func pgBurnDown(ctx context.Context, pc *PGConfig, side pgSide, procs int) (time.Duration, error) {
+	url, drop, err := createDatabase(ctx, pc.AdminURL, side.name)
+	if err != nil {
+		return 0, err
+	}
+	defer drop()
+	if err := side.insert(ctx, url, pc.Jobs); err != nil {
+		return 0, err
+	}
+	children, err := startChildren(ctx, side.name, url, pc, procs)
+	defer stopChildren(children)
+	if err != nil {
+		return 0, err
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return 0, fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	start := time.Now()
+	for _, c := range children {
+		if _, err := io.WriteString(c.stdin, "go\n"); err != nil {
+			return 0, fmt.Errorf("release child: %w", err)
+		}
+	}
+	for {
+		var n int
+		if err := conn.QueryRow(ctx, side.doneQuery).Scan(&n); err != nil {
+			return 0, fmt.Errorf("count completed: %w", err)
+		}
+		if n == pc.Jobs {
+			return time.Since(start), nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("stalled at %d of %d: %w", n, pc.Jobs, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+type child struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+}
+
+// startChildren starts procs worker processes and waits until each says it
+// is connected and ready.
+func startChildren(ctx context.Context, side, url string, pc *PGConfig, procs int) ([]*child, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	var children []*child
+	for range procs {
+		cmd := exec.CommandContext(ctx, self, "-child", side, "-child-url", url,
+			"-workers", strconv.Itoa(pc.Workers),
+			"-fetch-cooldown", pc.Config.FetchCooldown.String(),
+			"-fetch-poll-interval", pc.Config.FetchPollInterval.String())
+		if pc.ChildProfile != "" {
+			cmd.Args = append(cmd.Args, "-child-cpuprofile", pc.ChildProfile+"."+side)
+		}
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return children, err
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return children, err
+		}
+		if err := cmd.Start(); err != nil {
+			return children, fmt.Errorf("start child: %w", err)
+		}
+		children = append(children, &child{cmd: cmd, stdin: stdin})
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		if err != nil || strings.TrimSpace(line) != "ready" {
+			return children, fmt.Errorf("child did not get ready: %q %v", line, err)
+		}
+	}
+	return children, nil
+}
+
+// stopChildren closes every child's stdin (its signal to stop) and waits.
+func stopChildren(children []*child) {
+	for _, c := range children {
+		c.stdin.Close()
+	}
+	for _, c := range children {
+		if err := c.cmd.Wait(); err != nil {
+			fmt.Fprintln(os.Stderr, "riverref: child:", err)
+		}
+	}
+}
+
+var dbSeq int
+
+// createDatabase creates a fresh database next to adminURL and returns its
+// URL and a function that drops it.
+func createDatabase(ctx context.Context, adminURL, side string) (string, func(), error) {
+	dbSeq++
+	name := fmt.Sprintf("riverref_%s_%d_%d", side, os.Getpid(), dbSeq)
+	admin, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("connect admin: %w", err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		admin.Close(ctx)
+		return "", nil, fmt.Errorf("create database: %w", err)
+	}
+	cfg := admin.Config()
+	url := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, name)
+	if cfg.Password != "" {
+		url = fmt.Sprintf("postgres://%s:%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Password, cfg.Host, cfg.Port, name)
+	}
+	drop := func() {
+		bg := context.WithoutCancel(ctx)
+		if _, err := admin.Exec(bg, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			fmt.Fprintln(os.Stderr, "riverref: drop database:", err)
+		}
+		admin.Close(bg)
+	}
+	return url, drop, nil
+}
+
+func insertEdgepipe(ctx context.Context, url string, jobs int) error {
+	s, err := postgres.Open(ctx, postgres.Config{URL: url})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	batch := make([]pipeline.NewJob, 0, 1000)
+	for i := range jobs {
+		id := fmt.Sprintf("v1-%09d", i)
+		batch = append(batch, pipeline.NewJob{ID: id, Tenant: "bench", Operation: "noop", IdempotencyKey: id,
+			RequestFingerprint: id, Version: "v1", Queue: "render-v1"})
+		if len(batch) == cap(batch) || i == jobs-1 {
+			if err := s.CreateJobs(ctx, batch); err != nil {
+				return fmt.Errorf("create jobs: %w", err)
+			}
+			batch = batch[:0]
+		}
+	}
+	return nil
+}
+
+func insertRiver(ctx context.Context, url string, jobs int) error {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	driver := riverpgxv5.New(pool)
+	migrator, err := rivermigrate.New(driver, nil)
+	if err != nil {
+		return fmt.Errorf("new migrator: %w", err)
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	client, err := river.NewClient(driver, &river.Config{}) // insert-only
+	if err != nil {
+		return err
+	}
+	_, err = insertJobsPG(ctx, client, jobs, 5000)
+	return err
+}
+
+func insertJobsPG(ctx context.Context, client *river.Client[pgx.Tx], jobs, batch int) (time.Duration, error) {
+	params := make([]river.InsertManyParams, 0, batch)
+	start := time.Now()
+	for inserted := 0; inserted < jobs; {
+		params = params[:0]
+		for i := 0; i < batch && inserted+i < jobs; i++ {
+			params = append(params, river.InsertManyParams{Args: noopArgs{Num: inserted + i}})
+		}
+		if _, err := client.InsertMany(ctx, params); err != nil {
+			return 0, fmt.Errorf("insert many: %w", err)
+		}
+		inserted += len(params)
+	}
+	return time.Since(start), nil
+}
+
+// awaitRelease says ready on stdout, waits for the parent's "go" line, and
+// returns a context cancelled when the parent closes stdin.
+func awaitRelease(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	fmt.Println("ready")
+	in := bufio.NewReader(os.Stdin)
+	if line, err := in.ReadString('\n'); err != nil || strings.TrimSpace(line) != "go" {
+		return nil, nil, fmt.Errorf("no go from parent: %q %v", line, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		_, _ = io.Copy(io.Discard, in)
+		cancel()
+	}()
+	return ctx, cancel, nil
+}
+
+// runChild is a worker process of one side.
+func runChild(ctx context.Context, side, url string, cfg *Config) error {
+	switch side {
+	case "river":
+		return riverChild(ctx, url, cfg)
+	case "edgepipe":
+		return edgepipeChild(ctx, url, cfg)
+	}
+	return fmt.Errorf("unknown child side %q", side)
+}
+
+func riverChild(ctx context.Context, url string, cfg *Config) error {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return err
+	}
+	pc.MaxConns = 16 // edgepipe's default pool size; pgxpool's would be 4 here
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &noopWorker{})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		FetchCooldown:     cfg.FetchCooldown,
+		FetchPollInterval: cfg.FetchPollInterval,
+		Logger:            cfg.Logger,
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
+		Workers:           workers,
+	})
+	if err != nil {
+		return err
+	}
+	if err := pool.Ping(ctx); err != nil {
+		return err
+	}
+	runCtx, cancel, err := awaitRelease(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	if err := client.Start(runCtx); err != nil {
+		return err
+	}
+	<-runCtx.Done()
+	stopCtx, stopCancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer stopCancel()
+	return client.Stop(stopCtx)
+}
+
+// edgepipeChild claims through storage/postgres Fetch, runs no-op workers
+// and completes in batches with FinishMany, as storage/postgres's
+// BenchmarkBurnDown does, until the parent closes stdin.
+func edgepipeChild(ctx context.Context, url string, cfg *Config) error {
+	s, err := postgres.Open(ctx, postgres.Config{URL: url, Logger: cfg.Logger})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	runCtx, cancel, err := awaitRelease(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	const fetchBatch, completeBatch = 200, 500
+	work := make(chan pipeline.Claimed, 2*fetchBatch)
+	completions := make(chan pipeline.Finished, 2*fetchBatch)
+	var wg sync.WaitGroup
+	for range cfg.Workers {
+		wg.Go(func() {
+			for c := range work {
+				completions <- pipeline.Finished{Lease: c.Lease, Outcome: pipeline.Outcome{Status: pipeline.StatusSucceeded}}
+			}
+		})
+	}
+	completerErr := make(chan error, 1)
+	go func() { completerErr <- complete(ctx, s, completions, completeBatch) }()
+	fetchErr := fetchLoop(runCtx, s, work, fetchBatch, cfg)
+	close(work)
+	wg.Wait()
+	close(completions)
+	return errors.Join(fetchErr, <-completerErr)
+}
+
+func fetchLoop(ctx context.Context, s *postgres.Store, work chan<- pipeline.Claimed, max int, cfg *Config) error {
+	owner := fmt.Sprintf("riverref-%d", os.Getpid())
+	for ctx.Err() == nil {
+		cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: owner, Max: max, LeaseFor: time.Minute})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		wait := cfg.FetchCooldown
+		if len(cs) == 0 {
+			wait = cfg.FetchPollInterval
+		}
+		for _, c := range cs {
+			work <- c
+		}
+		if len(cs) < max {
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+			}
+		}
+	}
+	return nil
+}
+
+func complete(ctx context.Context, s *postgres.Store, completions <-chan pipeline.Finished, max int) error {
+	pending := make([]pipeline.Finished, 0, max)
+	var errs []error
+	flush := func() {
+		if len(pending) == 0 {
+			return
+		}
+		res, err := s.FinishMany(ctx, pending)
+		errs = append(errs, err)
+		for _, e := range res {
+			errs = append(errs, e)
+		}
+		pending = pending[:0]
+	}
+	for f := range completions {
+		pending = append(pending, f)
+	drain:
+		for len(pending) < max {
+			select {
+			case f, ok := <-completions:
+				if !ok {
+					break drain
+				}
+				pending = append(pending, f)
+			default:
+				break drain
+			}
+		}
+		flush()
+	}
+	flush()
+	return errors.Join(errs...)
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	for i := range s {
+		for j := i + 1; j < len(s); j++ {
+			if s[j] < s[i] {
+				s[i], s[j] = s[j], s[i]
+			}
+		}
+	}
+	return s[len(s)/2]
+}
+
+// parseProcs parses "1,2,4".
+func parseProcs(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bad process count %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// runPG is main's Postgres mode: a child worker process, or the matrix.
+func runPG(ctx context.Context, cfg *Config, url, procs string, runs int, childSide, childURL, childProfile string) error {
+	if childSide != "" {
+		if childProfile != "" {
+			f, err := os.Create(fmt.Sprintf("%s.%d", childProfile, os.Getpid()))
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return err
+			}
+			defer pprof.StopCPUProfile()
+		}
+		return runChild(ctx, childSide, childURL, cfg)
+	}
+	ps, err := parseProcs(procs)
+	if err != nil {
+		return err
+	}
+	if runs < 1 {
+		return errors.New("runs must be at least 1")
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("invalid config: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	return RunPGMatrix(ctx, &PGConfig{AdminURL: url, Jobs: cfg.Jobs, Workers: cfg.Workers, Procs: ps, Runs: runs, Config: cfg, ChildProfile: childProfile}, os.Stdout)
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary act as a Postgres worker process: the
+// matrix re-executes os.Executable() with -child, which here is this binary.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "-child" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestRunPGMatrix burns down a small queue on both sides with 1 and 2
+// worker processes against a real Postgres (EDGEPIPE_TEST_DATABASE_URL,
+// e.g. from scripts/postgres.sh) and checks the table. Without a server it
+// skips, unless CI is set, where it fails.
+func TestRunPGMatrix(t *testing.T) {
+	url := os.Getenv("EDGEPIPE_TEST_DATABASE_URL")
+	if url == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("EDGEPIPE_TEST_DATABASE_URL is not set (CI)")
+		}
+		t.Skip("EDGEPIPE_TEST_DATABASE_URL is not set")
+	}
+	cfg := &Config{Jobs: 300, Workers: 20, InsertBatch: 100, FetchCooldown: 2 * time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond, Timeout: 45 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+	defer cancel()
+	var out bytes.Buffer
+	pc := &PGConfig{AdminURL: url, Jobs: cfg.Jobs, Workers: cfg.Workers, Procs: []int{1, 2}, Runs: 1, Config: cfg}
+	if err := RunPGMatrix(ctx, pc, &out); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 5 || !strings.HasPrefix(lines[3], "| 1 | ") || !strings.HasPrefix(lines[4], "| 2 | ") {
+		t.Fatalf("table:\n%s", out.String())
+	}
+	for _, l := range lines[3:] {
+		if strings.Contains(l, "| 0 |") || strings.Contains(l, "NaN") || strings.Contains(l, "Inf") {
+			t.Errorf("a side measured nothing: %s", l)
+		}
+	}
+}
+
+func TestParseProcs(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		want []int
+		ok   bool
+	}{
+		{"1,2,4", []int{1, 2, 4}, true},
+		{" 3 ", []int{3}, true},
+		{"0", nil, false},
+		{"1,x", nil, false},
+		{"", nil, false},
+	} {
+		got, err := parseProcs(tc.in)
+		if (err == nil) != tc.ok || (tc.ok && !equalInts(got, tc.want)) {
+			t.Errorf("parseProcs(%q) = %v, %v", tc.in, got, err)
+		}
+	}
+}
+
+func TestMedian(t *testing.T) {
+	t.Parallel()
+	if m := median([]float64{3, 1, 2}); m != 2 {
+		t.Errorf("median = %v, want 2", m)
+	}
+	if m := median(nil); m != 0 {
+		t.Errorf("median(nil) = %v", m)
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
