@@ -52,7 +52,9 @@ type StoryAttempt struct {
 	// when its worker gave the job back); running while it holds a live
 	// lease; lease_expired when its lease ran out and nobody took the job
 	// over yet; lease_lost when another attempt (or the queue's poison
-	// rule) took the job over without this one finishing.
+	// rule) took the job over without this one finishing; unknown when
+	// the page shows only the job's first events and this attempt's end
+	// is past them.
 	Outcome   string `json:"outcome"`
 	ErrorCode string `json:"error_code,omitempty"`
 	// ProviderCalls counts the audit rows this attempt wrote.
@@ -64,6 +66,7 @@ const (
 	outcomeRunning      = "running"
 	outcomeLeaseExpired = "lease_expired"
 	outcomeLeaseLost    = "lease_lost"
+	outcomeUnknown      = "unknown"
 )
 
 // StoryCall is one row of the billing audit trail.
@@ -179,7 +182,7 @@ func (s *Server) jobStory(c echo.Context) (AdminJobStory, error) {
 		_ = json.Unmarshal(e.Detail, &d) // written by the store as a JSON object
 		out.Events = append(out.Events, StoryEvent{ID: e.ID, At: e.At, Kind: e.Kind, From: e.FromStatus, To: e.ToStatus, AttemptID: e.AttemptID, Detail: d})
 	}
-	out.Attempts = attemptsOf(st.Job, out.Events, s.cfg.Clock.Now())
+	out.Attempts = attemptsOf(st.Job, out.Events, st.MoreEvents, s.cfg.Clock.Now())
 	out.Decisions = decisionsOf(out.Events)
 	for _, k := range st.Calls {
 		out.Calls = append(out.Calls, StoryCall{ID: k.ID, Scene: k.Scene, Op: k.Op, Provider: k.Provider, Model: k.Model,
@@ -208,7 +211,11 @@ func (s *Server) jobStory(c echo.Context) (AdminJobStory, error) {
 // and a status event out of running ends it — with its own attempt id, in
 // the status it reached; without, or by another attempt's claim, as
 // lease_lost.
-func attemptsOf(j pipeline.Job, evs []StoryEvent, now time.Time) []StoryAttempt {
+//
+// With truncated (only the job's first events are shown), an attempt still
+// open at the last shown event ended after it, unless the job is running on
+// it now: its outcome is unknown, never "running".
+func attemptsOf(j pipeline.Job, evs []StoryEvent, truncated bool, now time.Time) []StoryAttempt {
 	out := []StoryAttempt{}
 	open := -1 // index of the attempt that has not ended
 	end := func(at time.Time, outcome, code string) {
@@ -240,11 +247,14 @@ func attemptsOf(j pipeline.Job, evs []StoryEvent, now time.Time) []StoryAttempt 
 	}
 	if open >= 0 {
 		a := &out[open]
-		if j.Status == pipeline.StatusRunning && j.AttemptID == a.ID {
+		switch {
+		case j.Status == pipeline.StatusRunning && j.AttemptID == a.ID:
 			a.LeaseExpiresAt = timePtr(j.LeaseExpiresAt)
 			if !j.LeaseExpiresAt.After(now) {
 				a.Outcome = outcomeLeaseExpired
 			}
+		case truncated:
+			a.Outcome = outcomeUnknown
 		}
 	}
 	return out

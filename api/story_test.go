@@ -553,3 +553,24 @@ func TestAdminPageJobFilters(t *testing.T) {
 		t.Error("tenant filter not escaped")
 	}
 }
+
+// A story cut after its first events cannot say how an attempt that was
+// still open at the cut ended: unknown, never "running" on a finished job;
+// the attempt the job runs on now keeps its live lease.
+func TestAttemptsOfTruncatedStory(t *testing.T) {
+	t.Parallel()
+	now := testT0.Add(time.Hour)
+	evs := []StoryEvent{
+		{ID: 1, Kind: pipeline.EventCreated, At: testT0},
+		{ID: 2, Kind: pipeline.EventStatus, From: pipeline.StatusPending, To: pipeline.StatusRunning, AttemptID: "a1",
+			At: testT0, Detail: map[string]any{"owner": "w1", "attempt": float64(1)}},
+	}
+	done := pipeline.Job{Status: pipeline.StatusSucceeded, AttemptID: "a1", Version: "v1"}
+	if got := attemptsOf(done, evs, true, now); len(got) != 1 || got[0].Outcome != "unknown" || got[0].EndedAt != nil {
+		t.Fatalf("finished job, story cut: %+v", got)
+	}
+	running := pipeline.Job{Status: pipeline.StatusRunning, AttemptID: "a1", Version: "v1", LeaseExpiresAt: now.Add(time.Minute)}
+	if got := attemptsOf(running, evs, true, now); len(got) != 1 || got[0].Outcome != "running" || got[0].LeaseExpiresAt == nil {
+		t.Fatalf("running job, story cut: %+v", got)
+	}
+}

@@ -111,9 +111,9 @@ func testTenantInstanceIDUniqueInDatabase(t *testing.T, h *Harness) {
 	}
 }
 
-// The webhook payload names the job by the id its owner knows, on both
-// settling paths (settle and FinishMany's settleBulk); the outbox row
-// references the internal key.
+// The webhook payload names the job by the id its owner knows, on every
+// settling path (settle, FinishMany's settleBulk, and dead-lettered at
+// submission); the outbox row references the internal key.
 func testWebhookPayloadCarriesInstanceID(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
@@ -137,7 +137,13 @@ func testWebhookPayloadCarriesInstanceID(t *testing.T, h *Harness) {
 	if err != nil || errs[0] != nil {
 		t.Fatalf("finish: %v %v", err, errs)
 	}
-	for _, j := range []pipeline.Job{canceled, finished} {
+	// A job dead-lettered at submission settles in the submitting
+	// transaction: its payload is built there.
+	dl := tenantJob("alice", "v3-unbound", "k3")
+	dl.Queue, dl.DeadLetterReason, dl.DeadLetterQueue = "", pipeline.ReasonUnboundVersion, "render-v3"
+	dl.WebhookURL = "https://hooks.example.test/v3-unbound"
+	unbound := mustCreate(t, s, dl)
+	for _, j := range []pipeline.Job{canceled, finished, unbound} {
 		ds, err := s.WebhookDeliveries(ctx, j.ID)
 		if err != nil || len(ds) != 1 {
 			t.Fatalf("%s: deliveries %+v, %v", j.ID, ds, err)
