@@ -52,6 +52,8 @@ func or(v, def string) string {
 
 const (
 	tenantToken = "chaos-tenant-token-0001"
+	// chaosTenant is the one tenant the token above maps to.
+	chaosTenant = "chaos"
 	adminToken  = "chaos-admin-token-00001"
 	// Settled statuses: terminal ones and needs_review.
 	unsettled = "pending,running,retry_wait"
@@ -370,7 +372,7 @@ func (c *cluster) edgepipeEnv(extra ...string) []string {
 	env := baseEnv(
 		"EDGEPIPE_DATA_DIR="+c.dataDir,
 		"EDGEPIPE_ADDR="+c.apiAddr,
-		"EDGEPIPE_TOKENS="+tenantToken+":chaos",
+		"EDGEPIPE_TOKENS="+tenantToken+":"+chaosTenant,
 		"EDGEPIPE_ADMIN_TOKEN="+adminToken,
 		"EDGEPIPE_PROVIDER_URL="+c.fakeURL,
 		"EDGEPIPE_LEASE=3s",

@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"edgepipe/pipeline"
 	"edgepipe/routing"
 )
 
@@ -295,7 +296,7 @@ func mnStatuses(ctx context.Context, t *testing.T, db *pgx.Conn, js []job, owner
 		}
 		if j.Status == "needs_review" && j.Error != nil && j.Error.Code == "provider_outcome_unknown" {
 			rows, err := db.Query(ctx, `SELECT attempt_id FROM provider_calls WHERE job_id = $1
-				AND contract <> 'idempotent_verified' AND status IN ('intent','ambiguous')`, j.ID)
+				AND contract <> 'idempotent_verified' AND status IN ('intent','ambiguous')`, pipeline.JobKey(chaosTenant, j.ID))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -405,7 +406,8 @@ func mnLedger(t *testing.T, fakeURL string, js []job, scenes map[string]int) str
 	units := 0
 	for _, j := range js {
 		for s := range scenes[j.ID] {
-			u := ledger.ByUnit[j.ID+"/"+strconv.Itoa(s)]
+			// The engine names a job to its providers by its internal key.
+			u := ledger.ByUnit[pipeline.JobKey(chaosTenant, j.ID)+"/"+strconv.Itoa(s)]
 			units++
 			if u.Speech > 1 || u.Video > 1 {
 				t.Errorf("PROVIDER LEDGER: job %s scene %d was billed %d speech and %d video calls; at most one each", j.ID, s, u.Speech, u.Video)
