@@ -28,11 +28,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	mrand "math/rand/v2"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -41,6 +38,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"edgepipe/internal/sqlmigrate"
 	"edgepipe/pipeline"
 )
 
@@ -154,38 +152,10 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
+type migration = sqlmigrate.Migration
 
 func loadMigrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, e := range entries {
-		name := e.Name()
-		num, _, ok := strings.Cut(name, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || !strings.HasSuffix(name, ".sql") {
-			return nil, fmt.Errorf("postgres: migration file %q is not named NNNN_name.sql", name)
-		}
-		body, err := migrationFS.ReadFile("migrations/" + name)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: name, sql: string(body)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i, m := range ms {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("postgres: migrations must be numbered 1..n without gaps; found %s at position %d", m.name, i+1)
-		}
-	}
-	return ms, nil
+	return sqlmigrate.Load(migrationFS, "migrations", "postgres")
 }
 
 // migrationLock is the advisory lock key every edgepipe process takes to
@@ -223,10 +193,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 	for _, m := range ms {
 		applied, err := s.applyMigration(ctx, conn.Conn(), m)
 		if err != nil {
-			return fmt.Errorf("postgres: migrate %s: %w", m.name, err)
+			return fmt.Errorf("postgres: migrate %s: %w", m.Name, err)
 		}
 		if applied {
-			s.log.Info("postgres: applied migration", "version", m.version, "name", m.name)
+			s.log.Info("postgres: applied migration", "version", m.Version, "name", m.Name)
 		}
 	}
 	var maxV int
@@ -246,18 +216,18 @@ func (s *Store) applyMigration(ctx context.Context, conn *pgx.Conn, m migration)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	var n int
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM schema_migrations WHERE version = $1`, m.version).Scan(&n); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM schema_migrations WHERE version = $1`, m.Version).Scan(&n); err != nil {
 		return false, translate(err)
 	}
 	if n > 0 {
 		return false, nil
 	}
 	// A multi-statement script runs through the simple protocol.
-	if _, err := tx.Exec(ctx, m.sql, pgx.QueryExecModeSimpleProtocol); err != nil {
+	if _, err := tx.Exec(ctx, m.SQL, pgx.QueryExecModeSimpleProtocol); err != nil {
 		return false, translate(err)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
-		m.version, m.name, s.now()); err != nil {
+		m.Version, m.Name, s.now()); err != nil {
 		return false, translate(err)
 	}
 	return true, translate(tx.Commit(ctx))

@@ -15,17 +15,16 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net/url"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
 
+	"edgepipe/internal/sqlmigrate"
 	"edgepipe/pipeline"
 )
 
@@ -179,38 +178,10 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
+type migration = sqlmigrate.Migration
 
 func loadMigrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, e := range entries {
-		name := e.Name()
-		num, _, ok := strings.Cut(name, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || !strings.HasSuffix(name, ".sql") {
-			return nil, fmt.Errorf("sqlite: migration file %q is not named NNNN_name.sql", name)
-		}
-		body, err := migrationFS.ReadFile("migrations/" + name)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: name, sql: string(body)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i, m := range ms {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("sqlite: migrations must be numbered 1..n without gaps; found %s at position %d", m.name, i+1)
-		}
-	}
-	return ms, nil
+	return sqlmigrate.Load(migrationFS, "migrations", "sqlite")
 }
 
 // migrate applies, each in its own transaction, every embedded migration not
@@ -230,7 +201,7 @@ func (s *Store) migrate(ctx context.Context) error {
 		err := s.inTx(ctx, func(tx *wtx) error {
 			applied = false
 			var n int
-			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, m.version).Scan(&n); err != nil {
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, m.Version).Scan(&n); err != nil {
 				return err
 			}
 			if n > 0 {
@@ -238,11 +209,11 @@ func (s *Store) migrate(ctx context.Context) error {
 			}
 			applied = true
 			// Multi-statement scripts cannot be prepared; run them raw.
-			if _, err := tx.tx.ExecContext(ctx, m.sql); err != nil {
-				return fmt.Errorf("apply %s: %w", m.name, err)
+			if _, err := tx.tx.ExecContext(ctx, m.SQL); err != nil {
+				return fmt.Errorf("apply %s: %w", m.Name, err)
 			}
 			_, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-				m.version, m.name, s.now())
+				m.Version, m.Name, s.now())
 			return err
 		})
 		if err != nil {
@@ -250,7 +221,7 @@ func (s *Store) migrate(ctx context.Context) error {
 		}
 		if applied {
 			// A schema change is worth a line in the operator's log.
-			s.log.Info("sqlite: applied migration", "version", m.version, "name", m.name)
+			s.log.Info("sqlite: applied migration", "version", m.Version, "name", m.Name)
 		}
 	}
 	var maxV int

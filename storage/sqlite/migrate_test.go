@@ -32,10 +32,10 @@ func openAtVersion(t *testing.T, path string, n int) *sql.DB {
 		t.Fatal(err)
 	}
 	for _, m := range ms[:n] {
-		if _, err := db.ExecContext(ctx, m.sql); err != nil {
-			t.Fatalf("%s: %v", m.name, err)
+		if _, err := db.ExecContext(ctx, m.SQL); err != nil {
+			t.Fatalf("%s: %v", m.Name, err)
 		}
-		if _, err := db.ExecContext(ctx, `INSERT INTO schema_migrations VALUES (?, ?, 0)`, m.version, m.name); err != nil {
+		if _, err := db.ExecContext(ctx, `INSERT INTO schema_migrations VALUES (?, ?, 0)`, m.Version, m.Name); err != nil {
 			t.Fatal(err)
 		}
 	}
