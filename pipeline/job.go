@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -106,6 +107,39 @@ func OutcomeFor(d Decision, ce *ClassifiedError) Outcome {
 	return o
 }
 
+// EventDetail adds to detail (a new map when nil) what a status event
+// records of o: the error code, the dead-letter reason, that the job waits
+// for infrastructure, and when it runs next. Every job store writes the
+// status event of a settle with it, so the timelines read the same.
+func (o Outcome) EventDetail(detail map[string]any) map[string]any {
+	if detail == nil {
+		detail = map[string]any{}
+	}
+	if o.ErrorCode != "" {
+		detail["error_code"] = o.ErrorCode
+	}
+	if o.Reason != "" {
+		detail["reason"] = o.Reason
+	}
+	if o.Infra {
+		detail["waiting_for"] = "infrastructure"
+	}
+	if !o.NextRunAt.IsZero() {
+		detail["next_run_at"] = o.NextRunAt.UTC()
+	}
+	return detail
+}
+
+// SettleRefused is the error of a settle whose conditional write matched
+// no row: the job is no longer in status from or, for an attempt
+// (attemptID set), the attempt lost its lease (a *FenceError).
+func SettleRefused(jobID string, from Status, attemptID string) error {
+	if attemptID != "" {
+		return &FenceError{JobID: jobID, AttemptID: attemptID, Op: "finish"}
+	}
+	return fmt.Errorf("%w: job %s is no longer %s", ErrInvalidTransition, jobID, from)
+}
+
 // Event is one row of a job's append-only history.
 type Event struct {
 	ID         int64
@@ -172,6 +206,33 @@ type DeadLetter struct {
 
 // Settled reports whether the dead letter was redriven or discarded.
 func (d DeadLetter) Settled() bool { return !d.RedrivenAt.IsZero() || !d.DiscardedAt.IsZero() }
+
+// CheckOpen refuses to settle a dead letter twice: nil while it is open, an
+// ErrInvalidTransition saying how it was settled otherwise.
+func (d DeadLetter) CheckOpen() error {
+	switch {
+	case !d.RedrivenAt.IsZero():
+		return fmt.Errorf("%w: dead letter %d was already redriven", ErrInvalidTransition, d.ID)
+	case !d.DiscardedAt.IsZero():
+		return fmt.Errorf("%w: dead letter %d was already discarded", ErrInvalidTransition, d.ID)
+	}
+	return nil
+}
+
+// MaxDiscardReason bounds a discard's reason (bytes).
+const MaxDiscardReason = 1000
+
+// CheckDiscardReason validates an operator's reason for discarding a dead
+// letter: required, at most MaxDiscardReason bytes.
+func CheckDiscardReason(reason string) error {
+	if reason == "" {
+		return fmt.Errorf("%w: a discard needs a reason", ErrInvalidInput)
+	}
+	if len(reason) > MaxDiscardReason {
+		return fmt.Errorf("%w: reason is longer than %d bytes", ErrInvalidInput, MaxDiscardReason)
+	}
+	return nil
+}
 
 // DeadLetterFilter selects open dead letters for bulk redrive and discard.
 // Empty fields match everything; OlderThan matches dead letters recorded

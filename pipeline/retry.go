@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 )
@@ -233,6 +234,23 @@ func DeadLetterClass(reason string) string {
 		return ""
 	}
 	return string(ClassPermanent)
+}
+
+// UnboundVersionOutcome is how a job whose workflow version no live process
+// binds is settled: dead-lettered, asking for an operator, with the
+// reason's class and message. Every job store's sweep of unbound versions
+// uses it, with UnboundVersionDetail as the dead letter's detail.
+func UnboundVersionOutcome() Outcome {
+	return Outcome{
+		Status: StatusDeadLettered, Reason: ReasonUnboundVersion, RequiresAction: true,
+		ErrorClass: ClassPermanent, ErrorCode: ReasonUnboundVersion, ErrorMessage: DeadLetterMessage(ReasonUnboundVersion),
+	}
+}
+
+// UnboundVersionDetail is the operator-facing detail of an unbound-version
+// dead letter: the version and the versions live processes do bind.
+func UnboundVersionDetail(version string, live []string) string {
+	return fmt.Sprintf("no live process binds %s (live: %s)", version, strings.Join(live, ","))
 }
 
 // DeadLetterMessage is the safe text a job dead-lettered for reason shows

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"edgepipe/internal/sqlcols"
 	"edgepipe/pipeline"
 )
 
@@ -115,7 +116,7 @@ func (s *Store) WaivedCalls(ctx context.Context) (map[string]map[string]int, err
 
 // qUnkeptAnswers is storage/sqlite's: paid answers that are neither an
 // asset nor staged, of jobs settled anywhere but failed or canceled.
-var qUnkeptAnswers = `SELECT ` + prefixed("c.", callColumns) + `
+var qUnkeptAnswers = `SELECT ` + sqlcols.Prefixed("c.", callColumns) + `
 	FROM provider_calls c JOIN jobs j ON j.id = c.job_id
 	WHERE c.status = 'succeeded'
 	  AND j.status IN ('succeeded','needs_review','dead_lettered')
@@ -129,22 +130,4 @@ var qUnkeptAnswers = `SELECT ` + prefixed("c.", callColumns) + `
 // nowhere durable (invariant 3's second half).
 func (s *Store) UnkeptAnswers(ctx context.Context) ([]pipeline.ProviderCall, error) {
 	return s.queryCalls(ctx, qUnkeptAnswers)
-}
-
-// prefixed qualifies every column of a comma-separated list.
-func prefixed(p, cols string) string {
-	out := make([]byte, 0, len(cols)+16*len(p))
-	start := true
-	for i := 0; i < len(cols); i++ {
-		c := cols[i]
-		if start && c != ' ' && c != '\t' && c != '\n' {
-			out = append(out, p...)
-			start = false
-		}
-		out = append(out, c)
-		if c == ',' {
-			start = true
-		}
-	}
-	return string(out)
 }

@@ -121,7 +121,7 @@ func (s *Store) Redrive(ctx context.Context, deadLetterID int64, queue, operator
 		if err != nil {
 			return err
 		}
-		if err := settledError(d); err != nil {
+		if err := d.CheckOpen(); err != nil {
 			return err
 		}
 		var st string
@@ -158,27 +158,11 @@ func (s *Store) Redrive(ctx context.Context, deadLetterID int64, queue, operator
 	return job, err
 }
 
-func settledError(d pipeline.DeadLetter) error {
-	switch {
-	case !d.RedrivenAt.IsZero():
-		return fmt.Errorf("%w: dead letter %d was already redriven", pipeline.ErrInvalidTransition, d.ID)
-	case !d.DiscardedAt.IsZero():
-		return fmt.Errorf("%w: dead letter %d was already discarded", pipeline.ErrInvalidTransition, d.ID)
-	}
-	return nil
-}
-
-// MaxDiscardReason bounds a discard's reason (bytes).
-const MaxDiscardReason = 1000
-
 // DiscardDeadLetter settles a dead letter without redriving it; see
 // storage/sqlite's DiscardDeadLetter.
 func (s *Store) DiscardDeadLetter(ctx context.Context, deadLetterID int64, operator, reason string) (pipeline.DeadLetter, error) {
-	if reason == "" {
-		return pipeline.DeadLetter{}, fmt.Errorf("%w: a discard needs a reason", pipeline.ErrInvalidInput)
-	}
-	if len(reason) > MaxDiscardReason {
-		return pipeline.DeadLetter{}, fmt.Errorf("%w: reason is longer than %d bytes", pipeline.ErrInvalidInput, MaxDiscardReason)
+	if err := pipeline.CheckDiscardReason(reason); err != nil {
+		return pipeline.DeadLetter{}, err
 	}
 	var out pipeline.DeadLetter
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -187,7 +171,7 @@ func (s *Store) DiscardDeadLetter(ctx context.Context, deadLetterID int64, opera
 		if err != nil {
 			return err
 		}
-		if err := settledError(d); err != nil {
+		if err := d.CheckOpen(); err != nil {
 			return err
 		}
 		tag, err := tx.Exec(ctx, `UPDATE dead_letters SET discarded_at = $1, discarded_by = $2, discard_reason = $3

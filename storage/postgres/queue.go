@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"edgepipe/internal/sqlcols"
 	"edgepipe/pipeline"
 )
 
@@ -184,7 +185,7 @@ func claimJobs(ctx context.Context, tx pgx.Tx, now int64, owner string, leaseExp
 		FROM unnest($4::text[], $5::text[]) AS c(id, att)
 		WHERE jobs.id = c.id
 		  AND (jobs.status IN ('pending','retry_wait') OR (jobs.status = 'running' AND jobs.lease_expires_at <= $1))
-		RETURNING `+prefixed("jobs.", jobColumns), now, owner, leaseExp, ids, atts))(func(r pgx.Rows) error {
+		RETURNING `+sqlcols.Prefixed("jobs.", jobColumns), now, owner, leaseExp, ids, atts))(func(r pgx.Rows) error {
 		j, err := scanJob(r)
 		if err != nil {
 			return err

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"edgepipe/internal/sqlcols"
 	"edgepipe/pipeline"
 )
 
@@ -83,7 +84,7 @@ func (s *Store) StagedAnswers(ctx context.Context, p *pipeline.StagedAnswersPara
 		jobID = p.JobID
 	}
 	if p != nil && p.FinalJobsOnly {
-		q = `SELECT ` + prefixed("a.", assetColumns) + ` FROM assets a JOIN jobs j ON j.id = a.job_id
+		q = `SELECT ` + sqlcols.Prefixed("a.", assetColumns) + ` FROM assets a JOIN jobs j ON j.id = a.job_id
 			WHERE a.kind = $1 AND j.status IN ('succeeded','failed','canceled') AND ($2::text = '' OR a.job_id = $2)
 			ORDER BY a.object_key COLLATE "C" LIMIT $3`
 	} else if jobID == "" {

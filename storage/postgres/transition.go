@@ -43,30 +43,12 @@ func settle(ctx context.Context, tx pgx.Tx, now int64, jobID string, from pipeli
 	hook := webhookJob{ID: jobID}
 	err := tx.QueryRow(ctx, q+` RETURNING queue, webhook_url, instance_id`, args...).Scan(&queue, &hook.URL, &hook.InstanceID)
 	if errors.Is(err, pgx.ErrNoRows) {
-		if attemptID != "" {
-			return &pipeline.FenceError{JobID: jobID, AttemptID: attemptID, Op: "finish"}
-		}
-		return fmt.Errorf("%w: job %s is no longer %s", pipeline.ErrInvalidTransition, jobID, from)
+		return pipeline.SettleRefused(jobID, from, attemptID)
 	}
 	if err != nil {
 		return err
 	}
-	if detail == nil {
-		detail = map[string]any{}
-	}
-	if o.ErrorCode != "" {
-		detail["error_code"] = o.ErrorCode
-	}
-	if o.Reason != "" {
-		detail["reason"] = o.Reason
-	}
-	if o.Infra {
-		detail["waiting_for"] = "infrastructure"
-	}
-	if !o.NextRunAt.IsZero() {
-		detail["next_run_at"] = o.NextRunAt.UTC()
-	}
-	evID, err := appendEvent(ctx, tx, now, jobID, pipeline.EventStatus, from, o.Status, attemptID, detail)
+	evID, err := appendEvent(ctx, tx, now, jobID, pipeline.EventStatus, from, o.Status, attemptID, o.EventDetail(detail))
 	if err != nil {
 		return err
 	}
@@ -176,16 +158,13 @@ func (s *Store) Decide(ctx context.Context, jobID string, d pipeline.ReviewDecis
 	return s.DecideWithReason(ctx, jobID, d, operator, "")
 }
 
-// MaxDecisionReason bounds an operator's reason (bytes).
-const MaxDecisionReason = 1000
-
 // DecideWithReason applies an operator's decision to a job in needs_review
 // and records it (what, who, why, when): retry puts it back on its queue
 // (pending) and waives the calls the operator agrees to pay again for, fail
 // ends it (failed).
 func (s *Store) DecideWithReason(ctx context.Context, jobID string, d pipeline.ReviewDecision, operator, reason string) (pipeline.Job, error) {
-	if len(reason) > MaxDecisionReason {
-		return pipeline.Job{}, fmt.Errorf("%w: reason is longer than %d bytes", pipeline.ErrInvalidInput, MaxDecisionReason)
+	if err := pipeline.CheckDecisionReason(reason); err != nil {
+		return pipeline.Job{}, err
 	}
 	var job pipeline.Job
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -194,22 +173,9 @@ func (s *Store) DecideWithReason(ctx context.Context, jobID string, d pipeline.R
 		if err != nil {
 			return err
 		}
-		var o pipeline.Outcome
-		switch d {
-		case pipeline.DecisionRetry:
-			o = pipeline.Outcome{Status: pipeline.StatusPending}
-		case pipeline.DecisionFail:
-			o = pipeline.Outcome{Status: pipeline.StatusFailed, ErrorClass: j.LastErrorClass, ErrorCode: j.LastErrorCode,
-				ErrorMessage: failedByOperator(operator, reason)}
-		default:
-			return fmt.Errorf("%w: decision must be retry or fail, got %q", pipeline.ErrInvalidInput, d)
-		}
-		if j.Status != pipeline.StatusNeedsReview {
-			return &pipeline.TransitionError{From: j.Status, To: o.Status}
-		}
-		ev := map[string]any{"decision": d, "operator": operator}
-		if reason != "" {
-			ev["reason"] = reason
+		o, ev, err := pipeline.DecisionOutcome(j, d, operator, reason)
+		if err != nil {
+			return err
 		}
 		if _, err := appendEvent(ctx, tx, now, jobID, pipeline.EventDecision, "", "", "", ev); err != nil {
 			return err
@@ -240,17 +206,6 @@ func (s *Store) RecentDecisions(ctx context.Context, limit int) ([]pipeline.Job,
 	}
 	return collectJobs(s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs WHERE decided_at IS NOT NULL
 		ORDER BY decided_at DESC, id LIMIT $1`, limit))
-}
-
-func failedByOperator(operator, reason string) string {
-	msg := "failed by operator"
-	if operator != "" {
-		msg += " " + operator
-	}
-	if reason != "" {
-		msg += ": " + reason
-	}
-	return msg
 }
 
 // qWaiveForRetry is storage/sqlite's qWaiveForRetry in Postgres: every

@@ -106,14 +106,11 @@ func (s *Store) DeadLetterUnserved(ctx context.Context, p *pipeline.DeadLetterUn
 			return err
 		}
 		for _, v := range vs {
-			detail := fmt.Sprintf("no live process binds %s (live: %s)", v.version, strings.Join(p.Live, ","))
+			detail := pipeline.UnboundVersionDetail(v.version, p.Live)
 			if _, err := insertDeadLetter(ctx, tx, now, v.id, v.queue, pipeline.ReasonUnboundVersion, detail); err != nil {
 				return err
 			}
-			if err := settle(ctx, tx, now, v.id, pipeline.Status(v.status), "", pipeline.Outcome{
-				Status: pipeline.StatusDeadLettered, Reason: pipeline.ReasonUnboundVersion, RequiresAction: true,
-				ErrorClass: pipeline.ClassPermanent, ErrorCode: pipeline.ReasonUnboundVersion, ErrorMessage: pipeline.DeadLetterMessage(pipeline.ReasonUnboundVersion),
-			}, map[string]any{"reason": pipeline.ReasonUnboundVersion}); err != nil {
+			if err := settle(ctx, tx, now, v.id, pipeline.Status(v.status), "", pipeline.UnboundVersionOutcome(), nil); err != nil {
 				return err
 			}
 			n++

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 
+	"edgepipe/internal/sqlcols"
 	"edgepipe/pipeline"
 )
 
@@ -118,7 +119,7 @@ func (s *Store) WaivedCalls(ctx context.Context) (map[string]map[string]int, err
 // asset row and whose scene's unit does not hold the artifact made from
 // them. Jobs still in flight are left out: their answer may be on its way
 // to the store.
-var qUnkeptAnswers = `SELECT ` + prefixed("c.", callColumns) + `
+var qUnkeptAnswers = `SELECT ` + sqlcols.Prefixed("c.", callColumns) + `
 	FROM provider_calls c JOIN jobs j ON j.id = c.job_id
 	WHERE c.status = 'succeeded'
 	  AND j.status IN ('succeeded','needs_review','dead_lettered')

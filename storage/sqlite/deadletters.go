@@ -139,7 +139,7 @@ func (s *Store) Redrive(ctx context.Context, deadLetterID int64, queue, operator
 		if err != nil {
 			return err
 		}
-		if err := settledError(d); err != nil {
+		if err := d.CheckOpen(); err != nil {
 			return err
 		}
 		var st, version string
@@ -177,20 +177,6 @@ func (s *Store) Redrive(ctx context.Context, deadLetterID int64, queue, operator
 	return job, err
 }
 
-// settledError refuses to settle a dead letter twice.
-func settledError(d pipeline.DeadLetter) error {
-	switch {
-	case !d.RedrivenAt.IsZero():
-		return fmt.Errorf("%w: dead letter %d was already redriven", pipeline.ErrInvalidTransition, d.ID)
-	case !d.DiscardedAt.IsZero():
-		return fmt.Errorf("%w: dead letter %d was already discarded", pipeline.ErrInvalidTransition, d.ID)
-	}
-	return nil
-}
-
-// MaxDiscardReason bounds a discard's reason (bytes).
-const MaxDiscardReason = 1000
-
 // DiscardDeadLetter settles a dead letter without redriving it: the dead
 // letter is marked discarded (when, by whom, why), its job stays
 // dead_lettered but no longer asks for an operator, and a
@@ -198,11 +184,8 @@ const MaxDiscardReason = 1000
 // required. Discarding a settled dead letter fails with
 // pipeline.ErrInvalidTransition and changes nothing.
 func (s *Store) DiscardDeadLetter(ctx context.Context, deadLetterID int64, operator, reason string) (pipeline.DeadLetter, error) {
-	if reason == "" {
-		return pipeline.DeadLetter{}, fmt.Errorf("%w: a discard needs a reason", pipeline.ErrInvalidInput)
-	}
-	if len(reason) > MaxDiscardReason {
-		return pipeline.DeadLetter{}, fmt.Errorf("%w: reason is longer than %d bytes", pipeline.ErrInvalidInput, MaxDiscardReason)
+	if err := pipeline.CheckDiscardReason(reason); err != nil {
+		return pipeline.DeadLetter{}, err
 	}
 	var out pipeline.DeadLetter
 	err := s.inTx(ctx, func(tx *wtx) error {
@@ -211,7 +194,7 @@ func (s *Store) DiscardDeadLetter(ctx context.Context, deadLetterID int64, opera
 		if err != nil {
 			return err
 		}
-		if err := settledError(d); err != nil {
+		if err := d.CheckOpen(); err != nil {
 			return err
 		}
 		res, err := tx.ExecContext(ctx, `UPDATE dead_letters SET discarded_at = ?, discarded_by = ?, discard_reason = ?

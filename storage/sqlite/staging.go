@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"edgepipe/internal/sqlcols"
 	"edgepipe/pipeline"
 )
 
@@ -84,7 +85,7 @@ func (s *Store) StagedAnswers(ctx context.Context, p *pipeline.StagedAnswersPara
 		jobID = p.JobID
 	}
 	if p != nil && p.FinalJobsOnly {
-		q = `SELECT ` + prefixed("a.", assetColumns) + ` FROM assets a JOIN jobs j ON j.id = a.job_id
+		q = `SELECT ` + sqlcols.Prefixed("a.", assetColumns) + ` FROM assets a JOIN jobs j ON j.id = a.job_id
 			WHERE a.kind = ?1 AND j.status IN ('succeeded','failed','canceled') AND (?2 = '' OR a.job_id = ?2)
 			ORDER BY a.object_key LIMIT ?3`
 	} else if jobID == "" {
@@ -104,24 +105,6 @@ func (s *Store) StagedAnswers(ctx context.Context, p *pipeline.StagedAnswersPara
 		out = append(out, a)
 	}
 	return out, translate(rows.Err())
-}
-
-// prefixed qualifies every column of a comma-separated list.
-func prefixed(p, cols string) string {
-	out := make([]byte, 0, len(cols)+16*len(p))
-	start := true
-	for i := 0; i < len(cols); i++ {
-		c := cols[i]
-		if start && c != ' ' && c != '\t' && c != '\n' {
-			out = append(out, p...)
-			start = false
-		}
-		out = append(out, c)
-		if c == ',' {
-			start = true
-		}
-	}
-	return string(out)
 }
 
 // CommitStaged records an answer that a worker staged outside an attempt
