@@ -150,102 +150,129 @@ func (a *App) Build(ctx context.Context, withAPI, withSweeper bool, workers int)
 		return nil, err
 	}
 	if workers > 0 {
-		if err := checkBindings(a.Cfg); err != nil {
-			return nil, err
-		}
-		prov, err := a.providers(ctx)
-		if err != nil {
-			return nil, err
-		}
-		rc := a.Cfg.Render
-		rc.Logger = a.Log
-		// Check ffmpeg now: a missing binary is a start-up error naming
-		// the package, not a failure of the first job.
-		if _, err := render.New(ctx, rc); err != nil {
-			return nil, err
-		}
-		engine, err := pipeline.NewEngine(pipeline.EngineConfig{
-			Store: a.Store, Objects: a.Objects, Providers: prov, Renderers: render.Factory(rc),
-			Retry: pipeline.RetryPolicy{Base: a.Cfg.RetryBase, Cap: a.Cfg.RetryCap, MaxAttempts: a.Cfg.RetryMax,
-				InfraWindow: a.Cfg.InfraWindow, InfraCap: a.Cfg.InfraCap},
-			UnitConcurrency: a.Cfg.UnitConcurrency,
-			Logger:          a.Log, TempDir: os.TempDir(), SpoolDir: filepath.Join(a.Cfg.DataDir, "spool"), Failpoint: fps.Func(), Metrics: a.Metrics,
-		})
-		if err != nil {
-			return nil, err
-		}
-		host, _ := os.Hostname()
-		owner := host + ":" + strconv.Itoa(os.Getpid())
-		hints, wake, err := wakeHints(a.Cfg, a.Queues(), a.Log)
-		if err != nil {
-			return nil, err
-		}
-		if hints != nil {
-			p.Hints = hints
-		}
-		p.Worker, err = pipeline.NewWorker(pipeline.WorkerConfig{
-			Store: a.Store, Engine: engine, Queues: a.Queues(), Owner: owner,
-			Concurrency: workers, LeaseFor: a.Cfg.LeaseFor, Logger: a.Log, Failpoint: fps.Func(), Wake: wake,
-		})
-		if err != nil {
-			return nil, err
-		}
-		role := "worker"
-		if withAPI {
-			role = "serve"
-		}
-		var bound []string
-		for _, v := range a.Cfg.Routing.Bindings.Versions() {
-			if _, ok := pipeline.Workflows[v]; ok {
-				bound = append(bound, v)
-			}
-		}
-		if p.Presence, err = pipeline.NewPresence(pipeline.PresenceConfig{Store: a.Store, ProcessID: owner + ":" + randomID(),
-			Role: role, Versions: bound, Logger: a.Log}); err != nil {
+		if err := a.buildWorker(ctx, p, fps, withAPI, workers); err != nil {
 			return nil, err
 		}
 	}
 	if withSweeper {
-		p.Sweeper, err = pipeline.NewSweeper(pipeline.SweeperConfig{Ledger: a.Store, Objects: a.Objects,
-			Grace: a.Cfg.SweepGrace, Interval: a.Cfg.SweepInterval, Logger: a.Log,
-			DeadLetters: a.Store, DeadLetterRetention: a.Cfg.SweeperRetention()})
-		if err != nil {
-			return nil, err
-		}
-		secret := a.Cfg.WebhookSecret
-		if secret == "" {
-			if a.Cfg.DatabaseURL() != "" {
-				return nil, fmt.Errorf("EDGEPIPE_WEBHOOK_SECRET: %w", ErrLocalOnlyState)
-			}
-			if secret, err = a.webhookSecret(); err != nil {
-				return nil, err
-			}
-		}
-		p.Dispatcher, err = webhook.New(webhook.Config{Store: a.Store, Secret: []byte(secret), AllowPrivate: a.Cfg.AllowPrivate,
-			Logger: a.Log, Metrics: a.Metrics, Failpoint: fps.Func()})
-		if err != nil {
+		if err := a.buildSweeper(p, fps); err != nil {
 			return nil, err
 		}
 	}
 	if withAPI {
-		p.API, err = api.New(api.Config{Store: a.Store, Objects: a.Objects, Router: a.Router, Presence: a.Store, Tokens: a.Cfg.Tokens,
-			AdminToken: a.Cfg.AdminToken, AllowPrivateWebhooks: a.Cfg.AllowPrivate, Logger: a.Log, Metrics: a.Metrics,
-			SSEMaxAge: a.Cfg.SSEMaxAge})
-		if err != nil {
+		if err := a.buildAPI(p); err != nil {
 			return nil, err
 		}
-		if p.HTTP, err = api.NewHTTPServer(p.API.Handler(), a.Cfg.HTTP); err != nil {
-			return nil, err
-		}
-		l, err := net.Listen("tcp", a.Cfg.Addr)
-		if err != nil {
-			return nil, fmt.Errorf("EDGEPIPE_ADDR: %w", err)
-		}
-		p.Listener = api.LimitListener(l, a.Cfg.HTTP)
-		// Event streams would otherwise hold a graceful shutdown open.
-		p.HTTP.RegisterOnShutdown(p.API.CloseStreams)
 	}
 	return p, nil
+}
+
+// buildWorker makes the engine, the worker that runs it and the presence
+// that announces which versions this process binds.
+func (a *App) buildWorker(ctx context.Context, p *Parts, fps *failpoint.Set, withAPI bool, workers int) error {
+	if err := checkBindings(a.Cfg); err != nil {
+		return err
+	}
+	prov, err := a.providers(ctx)
+	if err != nil {
+		return err
+	}
+	rc := a.Cfg.Render
+	rc.Logger = a.Log
+	// Check ffmpeg now: a missing binary is a start-up error naming
+	// the package, not a failure of the first job.
+	if _, err := render.New(ctx, rc); err != nil {
+		return err
+	}
+	engine, err := pipeline.NewEngine(pipeline.EngineConfig{
+		Store: a.Store, Objects: a.Objects, Providers: prov, Renderers: render.Factory(rc),
+		Retry: pipeline.RetryPolicy{Base: a.Cfg.RetryBase, Cap: a.Cfg.RetryCap, MaxAttempts: a.Cfg.RetryMax,
+			InfraWindow: a.Cfg.InfraWindow, InfraCap: a.Cfg.InfraCap},
+		UnitConcurrency: a.Cfg.UnitConcurrency,
+		Logger:          a.Log, TempDir: os.TempDir(), SpoolDir: filepath.Join(a.Cfg.DataDir, "spool"), Failpoint: fps.Func(), Metrics: a.Metrics,
+	})
+	if err != nil {
+		return err
+	}
+	host, _ := os.Hostname()
+	owner := host + ":" + strconv.Itoa(os.Getpid())
+	hints, wake, err := wakeHints(a.Cfg, a.Queues(), a.Log)
+	if err != nil {
+		return err
+	}
+	if hints != nil {
+		p.Hints = hints
+	}
+	p.Worker, err = pipeline.NewWorker(pipeline.WorkerConfig{
+		Store: a.Store, Engine: engine, Queues: a.Queues(), Owner: owner,
+		Concurrency: workers, LeaseFor: a.Cfg.LeaseFor, Logger: a.Log, Failpoint: fps.Func(), Wake: wake,
+	})
+	if err != nil {
+		return err
+	}
+	role := "worker"
+	if withAPI {
+		role = "serve"
+	}
+	var bound []string
+	for _, v := range a.Cfg.Routing.Bindings.Versions() {
+		if _, ok := pipeline.Workflows[v]; ok {
+			bound = append(bound, v)
+		}
+	}
+	if p.Presence, err = pipeline.NewPresence(pipeline.PresenceConfig{Store: a.Store, ProcessID: owner + ":" + randomID(),
+		Role: role, Versions: bound, Logger: a.Log}); err != nil {
+		return err
+	}
+	return nil
+}
+
+// buildSweeper makes the sweeper and the webhook dispatcher.
+func (a *App) buildSweeper(p *Parts, fps *failpoint.Set) error {
+	var err error
+	p.Sweeper, err = pipeline.NewSweeper(pipeline.SweeperConfig{Ledger: a.Store, Objects: a.Objects,
+		Grace: a.Cfg.SweepGrace, Interval: a.Cfg.SweepInterval, Logger: a.Log,
+		DeadLetters: a.Store, DeadLetterRetention: a.Cfg.SweeperRetention()})
+	if err != nil {
+		return err
+	}
+	secret := a.Cfg.WebhookSecret
+	if secret == "" {
+		if a.Cfg.DatabaseURL() != "" {
+			return fmt.Errorf("EDGEPIPE_WEBHOOK_SECRET: %w", ErrLocalOnlyState)
+		}
+		if secret, err = a.webhookSecret(); err != nil {
+			return err
+		}
+	}
+	p.Dispatcher, err = webhook.New(webhook.Config{Store: a.Store, Secret: []byte(secret), AllowPrivate: a.Cfg.AllowPrivate,
+		Logger: a.Log, Metrics: a.Metrics, Failpoint: fps.Func()})
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+// buildAPI makes the HTTP API, its server and its listener.
+func (a *App) buildAPI(p *Parts) error {
+	var err error
+	p.API, err = api.New(api.Config{Store: a.Store, Objects: a.Objects, Router: a.Router, Presence: a.Store, Tokens: a.Cfg.Tokens,
+		AdminToken: a.Cfg.AdminToken, AllowPrivateWebhooks: a.Cfg.AllowPrivate, Logger: a.Log, Metrics: a.Metrics,
+		SSEMaxAge: a.Cfg.SSEMaxAge})
+	if err != nil {
+		return err
+	}
+	if p.HTTP, err = api.NewHTTPServer(p.API.Handler(), a.Cfg.HTTP); err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", a.Cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("EDGEPIPE_ADDR: %w", err)
+	}
+	p.Listener = api.LimitListener(l, a.Cfg.HTTP)
+	// Event streams would otherwise hold a graceful shutdown open.
+	p.HTTP.RegisterOnShutdown(p.API.CloseStreams)
+	return nil
 }
 
 // WebhookSecretFile is where a deployment without EDGEPIPE_WEBHOOK_SECRET

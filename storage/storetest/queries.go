@@ -611,37 +611,7 @@ func testEachAuditEvent(t *testing.T, h *Harness) {
 	if err := s.EachAuditEvent(ctx, func(pipeline.AuditEvent) error { calls++; return nil }); err != nil || calls != 0 {
 		t.Fatalf("empty store: %d calls, %v", calls, err)
 	}
-	// v1-y is created first (it has the lowest event ids) but sorts last.
-	y := newJob("v1-y")
-	y.Queue, y.DeadLetterReason, y.DeadLetterQueue = "", pipeline.ReasonUnboundVersion, "render-v1"
-	mustCreate(t, s, y)
-	clock.Advance(time.Second)
-	x := claimOwn(t, s, "v1-x", "acme")
-	clock.Advance(time.Second)
-	for _, kind := range []string{pipeline.EventStageStarted, pipeline.EventStageFinished, pipeline.EventUnitGenerated, pipeline.EventUnitReused, pipeline.EventUnitSubmitted} {
-		if err := s.AppendEvent(ctx, x.Lease, kind, map[string]any{"stage": "execute"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.Finish(ctx, x.Lease, pipeline.Outcome{Status: pipeline.StatusNeedsReview, RequiresAction: true,
-		ErrorClass: pipeline.ClassAmbiguous, ErrorCode: "provider_outcome_unknown"}); err != nil {
-		t.Fatal(err)
-	}
-	clock.Advance(time.Second)
-	if _, err := s.Decide(ctx, "v1-x", pipeline.DecisionRetry, "op"); err != nil { // decision: not audited
-		t.Fatal(err)
-	}
-	if _, err := s.RequestCancel(ctx, "acme", "v1-x"); err != nil { // cancel_requested: not audited
-		t.Fatal(err)
-	}
-	dls, err := s.ListDeadLetters(ctx, false, 0, 0)
-	if err != nil || len(dls) != 1 {
-		t.Fatalf("dead letters %+v, %v", dls, err)
-	}
-	clock.Advance(time.Second)
-	if _, err := s.Redrive(ctx, dls[0].ID, "render-v1", "op"); err != nil {
-		t.Fatal(err)
-	}
+	x := seedAuditHistory(t, s, clock)
 
 	type ev struct {
 		job, kind string
@@ -702,7 +672,7 @@ func testEachAuditEvent(t *testing.T, h *Harness) {
 	}
 
 	var seen []pipeline.Event
-	err = s.EachAuditEvent(ctx, func(e pipeline.AuditEvent) error {
+	err := s.EachAuditEvent(ctx, func(e pipeline.AuditEvent) error {
 		seen = append(seen, e.Event)
 		if len(seen) == 4 {
 			return errStop
@@ -712,6 +682,47 @@ func testEachAuditEvent(t *testing.T, h *Harness) {
 	if !errors.Is(err, errStop) || !reflect.DeepEqual(seen, want[:4]) {
 		t.Fatalf("stopping at the fourth event: %d seen, err %v", len(seen), err)
 	}
+}
+
+// seedAuditHistory gives two jobs a history with every audited event kind
+// and some that are not audited: v1-x is claimed, records stage and unit
+// events, goes to review, is retried and canceled; v1-y is dead-lettered
+// at submission and redriven. v1-y is created first (it has the lowest event
+// ids) but sorts last. It returns v1-x's claim.
+func seedAuditHistory(t *testing.T, s *env, clock *pipeline.ManualClock) pipeline.Claimed {
+	t.Helper()
+	ctx := context.Background()
+	y := newJob("v1-y")
+	y.Queue, y.DeadLetterReason, y.DeadLetterQueue = "", pipeline.ReasonUnboundVersion, "render-v1"
+	mustCreate(t, s, y)
+	clock.Advance(time.Second)
+	x := claimOwn(t, s, "v1-x", "acme")
+	clock.Advance(time.Second)
+	for _, kind := range []string{pipeline.EventStageStarted, pipeline.EventStageFinished, pipeline.EventUnitGenerated, pipeline.EventUnitReused, pipeline.EventUnitSubmitted} {
+		if err := s.AppendEvent(ctx, x.Lease, kind, map[string]any{"stage": "execute"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Finish(ctx, x.Lease, pipeline.Outcome{Status: pipeline.StatusNeedsReview, RequiresAction: true,
+		ErrorClass: pipeline.ClassAmbiguous, ErrorCode: "provider_outcome_unknown"}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	if _, err := s.Decide(ctx, "v1-x", pipeline.DecisionRetry, "op"); err != nil { // decision: not audited
+		t.Fatal(err)
+	}
+	if _, err := s.RequestCancel(ctx, "acme", "v1-x"); err != nil { // cancel_requested: not audited
+		t.Fatal(err)
+	}
+	dls, err := s.ListDeadLetters(ctx, false, 0, 0)
+	if err != nil || len(dls) != 1 {
+		t.Fatalf("dead letters %+v, %v", dls, err)
+	}
+	clock.Advance(time.Second)
+	if _, err := s.Redrive(ctx, dls[0].ID, "render-v1", "op"); err != nil {
+		t.Fatal(err)
+	}
+	return x
 }
 
 // ListAssets walks committed assets in key order; claims without a commit
