@@ -2,6 +2,9 @@ package app
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"edgepipe/failpoint"
 	"edgepipe/pipeline"
@@ -64,7 +67,8 @@ func (c Config) Check(workers int) error {
 func checkBindings(c Config) error {
 	for _, v := range c.Routing.Bindings.Versions() {
 		if _, ok := pipeline.Workflows[v]; !ok {
-			return fmt.Errorf("EDGEPIPE_BINDINGS: this build has no implementation of %s (it has v1 and v2)", v)
+			return fmt.Errorf("EDGEPIPE_BINDINGS: this build has no implementation of %s (it has %s)", v,
+				strings.Join(slices.Sorted(maps.Keys(pipeline.Workflows)), ", "))
 		}
 	}
 	return nil

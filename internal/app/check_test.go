@@ -16,7 +16,7 @@ func TestCheck(t *testing.T) {
 		{"defaults", nil, 2, ""},
 		{"s3 with a bucket", map[string]string{"EDGEPIPE_STORE": "s3", "EDGEPIPE_S3_BUCKET": "media"}, 2, ""},
 		{"failpoints", map[string]string{"EDGEPIPE_FAILPOINTS": "x"}, 2, "EDGEPIPE_FAILPOINTS"},
-		{"v3 bound", map[string]string{"EDGEPIPE_BINDINGS": "v1,v3"}, 2, "no implementation of v3"},
+		{"v3 bound", map[string]string{"EDGEPIPE_BINDINGS": "v1,v3"}, 2, "no implementation of v3 (it has v1, v2)"},
 		{"v3 bound, no workers", map[string]string{"EDGEPIPE_BINDINGS": "v1,v3"}, 0, ""},
 		{"fake faults", map[string]string{"EDGEPIPE_FAKE_FAULTS": "what=ever"}, 1, "EDGEPIPE_FAKE_FAULTS"},
 		{"fake faults ignored with a provider URL", map[string]string{"EDGEPIPE_FAKE_FAULTS": "what=ever", "EDGEPIPE_PROVIDER_URL": "http://p"}, 1, ""},
