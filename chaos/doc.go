@@ -16,6 +16,12 @@
 //	TestStoreBusyBeforePrepare the same, pinned to the start of an attempt
 //	TestDiskFull               the data directory on a tmpfs filled to the
 //	                           last byte (needs root; skips otherwise)
+//	TestStorageOutage          MinIO SIGKILLed for CHAOS_OUTAGE (default 60 s)
+//	                           under 20 jobs mid-run; only the infrastructure
+//	                           retry budget carries them through
+//	TestWipedSpoolAfterKill    a worker SIGKILLed holding a paid answer, its
+//	                           spool wiped before each restart; the staged
+//	                           copy is used, nothing is paid twice
 //	TestSoak                   2,000 small jobs, 1 API + 3 worker processes
 //	                           on one database, ~10% provider faults
 //	TestMultiNode              Postgres + MinIO, 1 API + 3 worker processes
@@ -27,7 +33,11 @@
 // Run them with scripts/chaos.sh (make chaos), or directly:
 //
 //	go test -tags chaos -parallel 3 -timeout 90m ./chaos/
-//	go test -tags chaos -run '^TestCrashMatrix$' -parallel 3 ./chaos/   # what CI runs
+//	go test -tags chaos -run '^TestCrashMatrix$' -parallel 3 ./chaos/   # part of what CI runs
+//
+// CI (scripts/chaos.sh --ci) runs the shortened crash matrix, the storage
+// outage and the wiped spool once with CHAOS_STORE=sqlite and once with
+// CHAOS_STORE=postgres, and TestMultiNode.
 //
 // Settings are CHAOS_* variables, never EDGEPIPE_* ones, because edgepipe
 // refuses unknown EDGEPIPE_* names (and the harness strips every EDGEPIPE_*

@@ -86,14 +86,16 @@ if [ "$mode" = ci ]; then
   CHAOS_STORE=postgres chaos_test -run '^TestCrashMatrix$' -parallel "$parallel" -timeout 40m || rc=1
   echo "== chaos: multi-node on Postgres + MinIO (1 API + 3 workers, own empty data directories, 100 jobs, 2 worker SIGKILLs)"
   chaos_test -run '^TestMultiNode$' -timeout 25m || rc=1
-  echo "== chaos: storage outage (${CHAOS_OUTAGE:-60s}) and wiped spool after kills"
-  CHAOS_OUTAGE="${CHAOS_OUTAGE:-60s}" chaos_test -run '^(TestStorageOutage|TestWipedSpoolAfterKill)$' -parallel 2 -timeout 30m || rc=1
+  for store in sqlite postgres; do
+    echo "== chaos: storage outage (${CHAOS_OUTAGE:-60s}) and wiped spool after kills, on $store"
+    CHAOS_STORE=$store CHAOS_OUTAGE="${CHAOS_OUTAGE:-60s}" chaos_test -run '^(TestStorageOutage|TestWipedSpoolAfterKill)$' -parallel 2 -timeout 30m || rc=1
+  done
 else
   echo "== chaos: crash matrix, random kills, storage faults and outage, wiped spool (SQLite)"
   CHAOS_STORE=sqlite chaos_test -run '^(TestCrashMatrix|TestRandomKills|TestStorageFaults|TestStorageOutage|TestWipedSpoolAfterKill|TestSQLiteBusy|TestStoreBusyBeforePrepare|TestDiskFull)$' \
     -parallel "$parallel" -timeout 60m || rc=1
-  echo "== chaos: crash matrix and random kills on Postgres, then the multi-node test"
-  CHAOS_STORE=postgres chaos_test -run '^(TestCrashMatrix|TestRandomKills)$' -parallel "$parallel" -timeout 60m || rc=1
+  echo "== chaos: crash matrix, random kills, storage outage and wiped spool on Postgres, then the multi-node test"
+  CHAOS_STORE=postgres chaos_test -run '^(TestCrashMatrix|TestRandomKills|TestStorageOutage|TestWipedSpoolAfterKill)$' -parallel "$parallel" -timeout 60m || rc=1
   chaos_test -run '^TestMultiNode$' -timeout 25m || rc=1
   # The soak runs even when something above failed: its figures are part
   # of the report either way.
