@@ -388,11 +388,14 @@ func (e *Engine) runStages(ctx context.Context, a *attempt) (string, error) {
 	if err := e.stageStarted(ctx, a, StageApply); err != nil {
 		return "", err
 	}
-	clips, err := apply(ctx, ApplyDeps{Cancel: e.cfg.Store, Objects: e.cfg.Objects, Renderer: r}, a)
-	if err != nil {
+	var clips []string
+	var applied map[string]any
+	if renderStored(ctx, e.cfg.Store, a, r) {
+		applied = map[string]any{"skipped": "render_stored"}
+	} else if clips, err = apply(ctx, ApplyDeps{Cancel: e.cfg.Store, Objects: e.cfg.Objects, Renderer: r}, a); err != nil {
 		return "", localErr(err)
 	}
-	if err := e.cfg.Store.StageFinished(ctx, a.lease, StageApply, doneUnits(a.units), nil); err != nil {
+	if err := e.cfg.Store.StageFinished(ctx, a.lease, StageApply, doneUnits(a.units), applied); err != nil {
 		return "", storeErr(err)
 	}
 	e.cfg.Metrics.StageDuration(StageApply, e.cfg.Clock.Now().Sub(start))

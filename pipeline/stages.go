@@ -112,10 +112,9 @@ func download(ctx context.Context, objs ObjectStore, key, path string) (string, 
 	return path, nil
 }
 
-// finalize joins the clips and streams the render into object storage under
-// its deterministic key, by the write protocol; an existing render of the
-// same frozen input is reused.
-func finalize(ctx context.Context, d FinalizeDeps, a *attempt, clips []string) (string, error) {
+// attemptRenderKey is the key the attempt's render is stored under: known
+// once every scene's media is (after execute), before any clip is made.
+func attemptRenderKey(a *attempt, r Renderer) string {
 	var arts []string
 	for _, u := range a.units {
 		for _, name := range []string{ArtifactImage, ArtifactVideo, ArtifactSpeech} {
@@ -124,9 +123,34 @@ func finalize(ctx context.Context, d FinalizeDeps, a *attempt, clips []string) (
 			}
 		}
 	}
-	key := RenderKey(a.job.Tenant, a.workflow.Version, a.board.Canonical(), d.Renderer.Fingerprint(), arts)
+	return RenderKey(a.job.Tenant, a.workflow.Version, a.board.Canonical(), r.Fingerprint(), arts)
+}
+
+// renderStored reports whether the attempt's render is already stored (an
+// asset row, so the object is whole): a job that repeats a finished
+// storyboard with the same media then skips apply — no clip, no ffmpeg
+// process — and finalize reuses the render. A store error is not an answer,
+// so it reports false and the attempt renders as usual.
+func renderStored(ctx context.Context, l ObjectLedger, a *attempt, r Renderer) bool {
+	_, err := l.GetAsset(ctx, attemptRenderKey(a, r))
+	return err == nil
+}
+
+// finalize joins the clips and streams the render into object storage under
+// its deterministic key, by the write protocol; an existing render of the
+// same frozen input is reused.
+//
+// clips is nil when apply was skipped because the render existed
+// (renderStored); if it vanished since, the attempt fails transiently and
+// the next one renders.
+func finalize(ctx context.Context, d FinalizeDeps, a *attempt, clips []string) (string, error) {
+	key := attemptRenderKey(a, d.Renderer)
 	if _, err := d.Ledger.GetAsset(ctx, key); err == nil {
 		return key, nil
+	}
+	if clips == nil {
+		return "", &ClassifiedError{Class: ClassTransient, Code: "render_missing",
+			Message: "the stored render this job reuses disappeared; the next attempt renders it again"}
 	}
 	if _, adopted, err := adoptObject(ctx, renderWrite(d, a, key)); err != nil {
 		return "", err

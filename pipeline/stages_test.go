@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"edgepipe/pipeline"
@@ -131,4 +132,81 @@ func TestEngineJoinFailureMidUpload(t *testing.T) {
 	}); err != nil || n != 0 {
 		t.Fatalf("%d render assets, %v; want none", n, err)
 	}
+}
+
+// countingRenderer counts the clips it makes and the joins it runs.
+type countingRenderer struct {
+	stubRenderer
+	clips, joins *atomic.Int32
+}
+
+func (r countingRenderer) SceneFromImage(ctx context.Context, img, audio string, ms int, caption, out string) error {
+	r.clips.Add(1)
+	return r.stubRenderer.SceneFromImage(ctx, img, audio, ms, caption, out)
+}
+
+func (r countingRenderer) JoinTo(ctx context.Context, clips []string, w io.Writer) error {
+	r.joins.Add(1)
+	return r.stubRenderer.JoinTo(ctx, clips, w)
+}
+
+// A job that repeats a finished storyboard (same tenant, version and media)
+// skips apply: its render key is known after execute, the render is stored,
+// so no clip is made and nothing is joined; the apply stage records that it
+// was skipped and the job ends on the stored render.
+func TestApplySkippedWhenRenderStored(t *testing.T) {
+	t.Parallel()
+	cr := countingRenderer{clips: new(atomic.Int32), joins: new(atomic.Int32)}
+	h := newHarness(t, withRenderers(func(context.Context, int, int, int) (pipeline.Renderer, error) { return cr, nil }))
+	sb := board(img("a lighthouse", "the keeper", 600), img("a storm", "", 600))
+	ctx := context.Background()
+
+	h.submit("v1-first", sb)
+	c1, o1 := runOnce(t, h)
+	if o1.Status != pipeline.StatusSucceeded || cr.clips.Load() != 2 || cr.joins.Load() != 1 {
+		t.Fatalf("first job: %+v, %d clips, %d joins; want succeeded, 2, 1", o1, cr.clips.Load(), cr.joins.Load())
+	}
+	if err := h.store.Finish(ctx, c1.Lease, o1); err != nil {
+		t.Fatal(err)
+	}
+
+	h.submit("v1-again", sb)
+	_, o2 := runOnce(t, h)
+	if o2.Status != pipeline.StatusSucceeded || o2.ResultKey != o1.ResultKey {
+		t.Fatalf("repeat: %+v, want succeeded on %s", o2, o1.ResultKey)
+	}
+	if cr.clips.Load() != 2 || cr.joins.Load() != 1 {
+		t.Errorf("repeat rendered again: %d clips, %d joins in all, want 2 and 1", cr.clips.Load(), cr.joins.Load())
+	}
+	evs, err := h.store.Events(ctx, "v1-again", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	skipped := false
+	for _, e := range evs {
+		if e.Kind == pipeline.EventStageFinished && bytes.Contains(e.Detail, []byte(`"stage":"apply"`)) {
+			skipped = bytes.Contains(e.Detail, []byte(`"skipped":"render_stored"`))
+		}
+	}
+	if !skipped {
+		t.Error("the repeat's apply stage does not say it was skipped")
+	}
+
+	// Another tenant's identical storyboard is not the same render.
+	if _, _, err := h.store.CreateJob(ctx, pipeline.NewJob{ID: "v1-other", Tenant: "globex", Operation: pipeline.OperationRenderVideo,
+		IdempotencyKey: "k-other", RequestFingerprint: "f", Input: mustNormalize(t, sb).Canonical(), Version: "v1", Queue: "render-v1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, o3 := runOnce(t, h); o3.Status != pipeline.StatusSucceeded || o3.ResultKey == o1.ResultKey || cr.joins.Load() != 2 {
+		t.Errorf("other tenant: %+v after %d joins; want its own render, joined", o3, cr.joins.Load())
+	}
+}
+
+func mustNormalize(t *testing.T, sb pipeline.Storyboard) pipeline.Storyboard {
+	t.Helper()
+	n, err := sb.Normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
