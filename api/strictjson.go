@@ -46,7 +46,7 @@ func decodeStrictJSON(body []byte, v any) error {
 	// The walk proved the body matches v's shape, so this cannot fail;
 	// if it ever does, say so rather than half-fill v.
 	if err := json.Unmarshal(body, v); err != nil {
-		return fieldError("body", jsonProblem(err))
+		return fieldError("body", pipeline.JSONProblem(err))
 	}
 	return nil
 }

@@ -3,10 +3,7 @@ package api
 import (
 	"crypto/rand"
 	"encoding/base32"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"mime"
 	"net/http"
 	"strings"
@@ -199,29 +196,6 @@ func urlReason(err error) string {
 		return ue.Reason
 	}
 	return "is not acceptable"
-}
-
-// jsonProblem describes a decoding error without Go type names.
-func jsonProblem(err error) string {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &se):
-		return fmt.Sprintf("malformed JSON at byte %d", se.Offset)
-	case errors.As(err, &te):
-		field := te.Field
-		if field == "" {
-			return "must be a JSON object"
-		}
-		return fmt.Sprintf("%s has the wrong type (expected %s)", field, te.Type.Kind())
-	case errors.Is(err, io.EOF):
-		return "empty body"
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return "truncated JSON"
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return "unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")
-	}
-	return "malformed JSON"
 }
 
 // newJob decides the job's instance id (the caller's, or a new one), its

@@ -120,7 +120,7 @@ func DecodeStoryboard(data []byte) (Storyboard, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&sb); err != nil {
-		return Storyboard{}, &ValidationError{Fields: []FieldError{{Field: "body", Message: jsonProblem(err)}}}
+		return Storyboard{}, &ValidationError{Fields: []FieldError{{Field: "body", Message: JSONProblem(err)}}}
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return Storyboard{}, &ValidationError{Fields: []FieldError{{Field: "body", Message: "unexpected data after the JSON object"}}}
@@ -128,21 +128,26 @@ func DecodeStoryboard(data []byte) (Storyboard, error) {
 	return sb.Normalize()
 }
 
-// jsonProblem turns a decoding error into a message without Go type names.
-func jsonProblem(err error) string {
+// JSONProblem turns a JSON decoding error into a message for the caller,
+// without Go type names: where the syntax broke, which field has the wrong
+// type (a body of the wrong type "must be a JSON object"), an empty or
+// truncated body, an unknown field. The API and DecodeStoryboard both
+// answer with it.
+func JSONProblem(err error) string {
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &se):
 		return fmt.Sprintf("malformed JSON at byte %d", se.Offset)
 	case errors.As(err, &te):
-		field := te.Field
-		if field == "" {
-			field = "value"
+		if te.Field == "" {
+			return "must be a JSON object"
 		}
-		return fmt.Sprintf("%s has the wrong type (expected %s)", field, te.Type.Kind())
+		return fmt.Sprintf("%s has the wrong type (expected %s)", te.Field, te.Type.Kind())
 	case errors.Is(err, io.EOF):
 		return "empty body"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "truncated JSON"
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		return "unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")
 	}

@@ -56,15 +56,20 @@ func TestDecodeStoryboard(t *testing.T) {
 	}
 }
 
-// A decoding error names the field with the wrong type, or "value" when the
-// whole body has it, and never a Go type name.
+// A decoding error names the field with the wrong type, or says the body
+// must be an object when the whole body has the wrong type, and never a Go
+// type name.
 func TestDecodeStoryboardTypeErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct{ body, want string }{
 		{`{"title": 5}`, "title has the wrong type (expected string)"},
 		{`{"scenes": {}}`, "scenes has the wrong type"},
-		{`[1, 2]`, "value has the wrong type (expected struct)"},
-		{`"a storyboard"`, "value has the wrong type"},
+		{`[1, 2]`, "must be a JSON object"},
+		{`"a storyboard"`, "must be a JSON object"},
+		{`{"title": "a`, "truncated JSON"},
+		{``, "empty body"},
+		{`{"titel": "x"}`, `unknown field "titel"`},
+		{`{"title" 1}`, "malformed JSON at byte"},
 	}
 	for _, tt := range tests {
 		_, err := DecodeStoryboard([]byte(tt.body))
