@@ -283,8 +283,10 @@ type FetchStats struct {
 	AckedSettled int // messages for settled jobs, acked and ignored
 	Deferred     int // job leased by a live attempt or still in backoff
 	DeadLettered int // poison
-	// TenantLimited counts ready jobs left on the queue because their
-	// tenant was at FetchParams.TenantMaxRunning.
+	// TenantLimited counts ready jobs the claim read and left on the queue
+	// because their tenant had no slot left under
+	// FetchParams.TenantMaxRunning. A tenant already at its limit when a
+	// page is read is left out by the query itself and not counted.
 	TenantLimited int
 }
 

@@ -1,6 +1,9 @@
 package pipeline
 
-import "slices"
+import (
+	"math"
+	"slices"
+)
 
 // TenantSlots keeps, during one Fetch, how many more jobs each tenant may
 // have running under FetchParams.TenantMaxRunning. The job stores share it
@@ -64,28 +67,46 @@ func (s *TenantSlots) Full() []string {
 // tenant limit leaves some of them on the queue.
 const maxFetchPages = 16
 
-// FetchPages is a Fetch's reading loop, the same for every job store.
-// read(want, full) reads the next page of up to want candidates after the
-// last one it read, leaving out the tenants in full, triages it, and returns
-// how many candidates it read and how many of their jobs it chose to claim.
-// Without a tenant limit that is one page of p.Max, as before the limit
-// existed. With one, a page whose tenants ran out of slots yields fewer
-// claims, so the loop reads on past it, leaving those tenants out: another
-// tenant's ready job is claimed even when the first ready messages all
-// belong to a saturated tenant. It stops at p.Max claims, at the end of the
-// queue, or after maxFetchPages pages.
-func FetchPages(p *FetchParams, slots *TenantSlots, read func(want int, full []string) (read, claimed int, err error)) error {
+// FetchPage selects one page of a Fetch's candidates: up to Want visible
+// messages of the queue after (AfterAt, AfterID) in (visible_at, message
+// id) order, leaving out the tenants in Full and, when Limit is positive,
+// every tenant that already has Limit jobs running with a live lease (an
+// early cut; TenantSlots decides).
+type FetchPage struct {
+	Want             int
+	AfterAt, AfterID int64
+	Full             []string
+	Limit            int
+}
+
+// FetchPages is a Fetch's reading loop, the same for every job store: read
+// reads a page of candidates, triage triages them and says how many of
+// their jobs it chose to claim, and pos gives a candidate's (visible_at,
+// message id). Without a tenant limit it reads one page of p.Max, as before
+// the limit existed. With one, a page whose tenants ran out of slots yields
+// fewer claims, so the loop reads on past it, leaving those tenants out:
+// another tenant's ready job is claimed even when the first ready messages
+// all belong to a saturated tenant. It stops at p.Max claims, at the end of
+// the queue, or after maxFetchPages pages.
+func FetchPages[C any](p *FetchParams, slots *TenantSlots, read func(FetchPage) ([]C, error),
+	triage func([]C) (claimed int, err error), pos func(C) (at, id int64)) error {
+	pg := FetchPage{AfterAt: math.MinInt64, Limit: p.TenantMaxRunning}
 	claimed := 0
 	for range maxFetchPages {
-		want := p.Max - claimed
-		n, c, err := read(want, slots.Full())
+		pg.Want, pg.Full = p.Max-claimed, slots.Full()
+		cands, err := read(pg)
 		if err != nil {
 			return err
 		}
-		claimed += c
-		if !slots.Limited() || n < want || claimed >= p.Max {
+		n, err := triage(cands)
+		if err != nil {
+			return err
+		}
+		claimed += n
+		if !slots.Limited() || len(cands) < pg.Want || claimed >= p.Max {
 			return nil
 		}
+		pg.AfterAt, pg.AfterID = pos(cands[len(cands)-1])
 	}
 	return nil
 }

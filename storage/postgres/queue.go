@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -87,26 +86,19 @@ func (s *Store) Fetch(ctx context.Context, p *pipeline.FetchParams) ([]pipeline.
 // returns the jobs to claim.
 func (s *Store) fetchPages(ctx context.Context, tx pgx.Tx, now int64, p *pipeline.FetchParams, stats *pipeline.FetchStats) ([]claimArg, error) {
 	slots := pipeline.NewTenantSlots(p.TenantMaxRunning)
-	page := candidatePage{queue: p.Queue, now: now, afterAt: math.MinInt64, limit: p.TenantMaxRunning}
 	var claims []claimArg
-	err := pipeline.FetchPages(p, slots, func(want int, full []string) (int, int, error) {
-		page.max, page.full = want, full
-		cands, err := fetchCandidates(ctx, tx, page)
-		if err != nil {
-			return 0, 0, err
-		}
+	err := pipeline.FetchPages(p, slots, func(pg pipeline.FetchPage) ([]candidate, error) {
+		return fetchCandidates(ctx, tx, p.Queue, now, pg)
+	}, func(cands []candidate) (int, error) {
 		more, err := s.triage(ctx, tx, now, p.Queue, cands, stats, slots)
-		if err != nil {
-			return 0, 0, err
-		}
 		claims = append(claims, more...)
-		if n := len(cands); n > 0 {
-			page.afterAt, page.afterID = cands[n-1].visibleAt, cands[n-1].msgID
-		}
-		return len(cands), len(more), nil
-	})
+		return len(more), err
+	}, candidate.position)
 	return claims, err
 }
+
+// position is the candidate's place in the queue's order.
+func (c candidate) position() (visibleAt, msgID int64) { return c.visibleAt, c.msgID }
 
 type candidate struct {
 	msgID      int64
@@ -126,20 +118,7 @@ type claimArg struct {
 	deliveries int
 }
 
-// candidatePage selects one page of candidates: up to max visible messages
-// of queue after (afterAt, afterID) in (visible_at, id) order, leaving out
-// the tenants in full and, with a tenant limit, every tenant that already
-// has limit jobs running with a live lease.
-type candidatePage struct {
-	queue            string
-	now              int64
-	max              int
-	afterAt, afterID int64
-	full             []string
-	limit            int
-}
-
-func fetchCandidates(ctx context.Context, tx pgx.Tx, pg candidatePage) ([]candidate, error) {
+func fetchCandidates(ctx context.Context, tx pgx.Tx, queue string, now int64, pg pipeline.FetchPage) ([]candidate, error) {
 	// The tenant filter is an early cut, read from the partial index
 	// jobs_tenant_running under this statement's snapshot; runningOf's count,
 	// under the tenant's lock, is what decides.
@@ -149,7 +128,7 @@ func fetchCandidates(ctx context.Context, tx pgx.Tx, pg candidatePage) ([]candid
 		  AND j.tenant <> ALL($6::text[])
 		  AND ($7::int = 0 OR (SELECT count(*) FROM jobs r WHERE r.tenant = j.tenant AND r.status = 'running' AND r.lease_expires_at > $2) < $7::int)
 		ORDER BY m.visible_at, m.id LIMIT $3
-		FOR UPDATE OF m, j SKIP LOCKED`, pg.queue, pg.now, pg.max, pg.afterAt, pg.afterID, pg.full, pg.limit)
+		FOR UPDATE OF m, j SKIP LOCKED`, queue, now, pg.Want, pg.AfterAt, pg.AfterID, pg.Full, pg.Limit)
 	if err != nil {
 		return nil, err
 	}

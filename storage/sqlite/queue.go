@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"math"
 	"time"
 
 	"edgepipe/pipeline"
@@ -84,26 +83,19 @@ func (s *Store) Fetch(ctx context.Context, p *pipeline.FetchParams) ([]pipeline.
 // can both see a tenant one below its limit.
 func (s *Store) fetchPages(ctx context.Context, tx *wtx, now int64, p *pipeline.FetchParams, stats *pipeline.FetchStats) ([]claimArg, error) {
 	slots := pipeline.NewTenantSlots(p.TenantMaxRunning)
-	page := candidatePage{queue: p.Queue, now: now, afterAt: math.MinInt64, limit: p.TenantMaxRunning}
 	var claims []claimArg
-	err := pipeline.FetchPages(p, slots, func(want int, full []string) (int, int, error) {
-		page.max, page.full = want, full
-		cands, err := fetchCandidates(ctx, tx, page)
-		if err != nil {
-			return 0, 0, err
-		}
+	err := pipeline.FetchPages(p, slots, func(pg pipeline.FetchPage) ([]candidate, error) {
+		return fetchCandidates(ctx, tx, p.Queue, now, pg)
+	}, func(cands []candidate) (int, error) {
 		more, err := s.triage(ctx, tx, now, p.Queue, cands, stats, slots)
-		if err != nil {
-			return 0, 0, err
-		}
 		claims = append(claims, more...)
-		if len(cands) > 0 {
-			page.afterAt, page.afterID = cands[len(cands)-1].visibleAt, cands[len(cands)-1].msgID
-		}
-		return len(cands), len(more), nil
-	})
+		return len(more), err
+	}, candidate.position)
 	return claims, err
 }
+
+// position is the candidate's place in the queue's order.
+func (c candidate) position() (visibleAt, msgID int64) { return c.visibleAt, c.msgID }
 
 // candidate is a visible message and the state of its job.
 type candidate struct {
@@ -125,23 +117,10 @@ type claimArg struct {
 	Deliveries int    `json:"d"`
 }
 
-// candidatePage selects one page of candidates: up to max visible messages
-// of queue after (afterAt, afterID) in (visible_at, id) order, leaving out
-// the tenants in full and, with a tenant limit, every tenant that already
-// has limit jobs running with a live lease.
-type candidatePage struct {
-	queue            string
-	now              int64
-	max              int
-	afterAt, afterID int64
-	full             []string
-	limit            int
-}
-
 // fetchCandidates reads one page of visible messages with their jobs'
 // state, oldest first.
-func fetchCandidates(ctx context.Context, tx *wtx, pg candidatePage) ([]candidate, error) {
-	full, err := json.Marshal(pg.full)
+func fetchCandidates(ctx context.Context, tx *wtx, queue string, now int64, pg pipeline.FetchPage) ([]candidate, error) {
+	full, err := json.Marshal(pg.Full)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +131,7 @@ func fetchCandidates(ctx context.Context, tx *wtx, pg candidatePage) ([]candidat
 		WHERE m.queue = ?1 AND m.visible_at <= ?2 AND (m.visible_at > ?4 OR (m.visible_at = ?4 AND m.id > ?5))
 		  AND j.tenant NOT IN (SELECT value FROM json_each(?6))
 		  AND (?7 = 0 OR (SELECT count(*) FROM jobs r WHERE r.tenant = j.tenant AND r.status = 'running' AND r.lease_expires_at > ?2) < ?7)
-		ORDER BY m.visible_at, m.id LIMIT ?3`, pg.queue, pg.now, pg.max, pg.afterAt, pg.afterID, string(full), pg.limit)
+		ORDER BY m.visible_at, m.id LIMIT ?3`, queue, now, pg.Want, pg.AfterAt, pg.AfterID, string(full), pg.Limit)
 	if err != nil {
 		return nil, err
 	}
