@@ -141,13 +141,10 @@ func TestPruneSpool(t *testing.T) {
 	}
 }
 
-// A worker never holds more leases than it has slots: with concurrency 1
-// and a slow job in flight, the other jobs stay pending for other workers.
-func TestWorkerClaimsNoMoreThanItsSlots(t *testing.T) {
-	t.Parallel()
-	entered := make(chan struct{}, 8)
-	release := make(chan struct{})
-	h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers {
+// blockingProviders makes every provider call announce itself on entered
+// and then wait until release is closed.
+func blockingProviders(entered chan<- struct{}, release <-chan struct{}) harnessOpt {
+	return withProviders(func(pipeline.Providers) pipeline.Providers {
 		return &hookProviders{before: func(ctx context.Context, op, unit string) error {
 			entered <- struct{}{}
 			select {
@@ -157,7 +154,15 @@ func TestWorkerClaimsNoMoreThanItsSlots(t *testing.T) {
 				return ctx.Err()
 			}
 		}}
-	}))
+	})
+}
+
+// A worker never holds more leases than it has slots: with concurrency 1
+// and a slow job in flight, the other jobs stay pending for other workers.
+func TestWorkerClaimsNoMoreThanItsSlots(t *testing.T) {
+	t.Parallel()
+	entered, release := make(chan struct{}, 8), make(chan struct{})
+	h := newHarness(t, blockingProviders(entered, release))
 	ids := []string{"v1-slot1", "v1-slot2", "v1-slot3"}
 	for _, id := range ids {
 		h.submit(id, board(img("p "+id, "", 600)))
@@ -228,19 +233,8 @@ func TestWorkerWakesOnHint(t *testing.T) {
 // meanwhile; the queued job runs once a slot frees.
 func TestWorkerTenantMaxRunning(t *testing.T) {
 	t.Parallel()
-	entered := make(chan struct{}, 8)
-	release := make(chan struct{})
-	h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers {
-		return &hookProviders{before: func(ctx context.Context, op, unit string) error {
-			entered <- struct{}{}
-			select {
-			case <-release:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}}
-	}))
+	entered, release := make(chan struct{}, 8), make(chan struct{})
+	h := newHarness(t, blockingProviders(entered, release))
 	jobs := []struct{ tenant, id string }{{"acme", "v1-ten1"}, {"acme", "v1-ten2"}, {"globex", "v1-ten3"}}
 	for _, j := range jobs {
 		h.submitFor(j.tenant, j.id, board(img("p "+j.id, "", 600)))
