@@ -113,6 +113,12 @@ func newHarness(t *testing.T, opts ...harnessOpt) *harness {
 // submit creates a job the way the API does.
 func (h *harness) submit(id string, sb pipeline.Storyboard) pipeline.Job {
 	h.t.Helper()
+	return h.submitFor("acme", id, sb)
+}
+
+// submitFor submits tenant's job id (the internal key is id).
+func (h *harness) submitFor(tenant, id string, sb pipeline.Storyboard) pipeline.Job {
+	h.t.Helper()
 	sb, err := sb.Normalize()
 	if err != nil {
 		h.t.Fatal(err)
@@ -122,7 +128,7 @@ func (h *harness) submit(id string, sb pipeline.Storyboard) pipeline.Job {
 		version = "v2"
 	}
 	j, created, err := h.store.CreateJob(context.Background(), pipeline.NewJob{
-		ID: id, Tenant: "acme", Operation: pipeline.OperationRenderVideo, IdempotencyKey: "k-" + id,
+		ID: id, Tenant: tenant, Operation: pipeline.OperationRenderVideo, IdempotencyKey: "k-" + id,
 		RequestFingerprint: pipeline.Fingerprint(pipeline.OperationRenderVideo, sb, ""), Input: sb.Canonical(),
 		Version: version, Queue: "render-" + version,
 	})

@@ -268,6 +268,13 @@ type FetchParams struct {
 	Owner    string
 	Max      int
 	LeaseFor time.Duration
+	// TenantMaxRunning, when positive, is how many jobs of one tenant may
+	// be running with a live lease at once, counted over every queue and
+	// every process in the claim's own transaction (docs/design.md §5). A
+	// ready job of a tenant at the limit is not claimed: its message stays
+	// visible, with its delivery count untouched, and the claim moves on to
+	// other tenants' messages. 0 is no limit.
+	TenantMaxRunning int
 }
 
 // FetchStats says what a Fetch did besides claiming.
@@ -276,6 +283,11 @@ type FetchStats struct {
 	AckedSettled int // messages for settled jobs, acked and ignored
 	Deferred     int // job leased by a live attempt or still in backoff
 	DeadLettered int // poison
+	// TenantLimited counts ready jobs the claim read and left on the queue
+	// because their tenant had no slot left under
+	// FetchParams.TenantMaxRunning. A tenant already at its limit when a
+	// page is read is left out by the query itself and not counted.
+	TenantLimited int
 }
 
 // UnitUpdate changes a unit; empty fields are left as they are, and

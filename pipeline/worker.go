@@ -22,6 +22,11 @@ type WorkerConfig struct {
 	Concurrency int
 	// LeaseFor is the lease length; heartbeats renew it every LeaseFor/3.
 	LeaseFor time.Duration
+	// TenantMaxRunning is how many jobs of one tenant may run at once
+	// across every worker sharing the job store
+	// (EDGEPIPE_TENANT_MAX_RUNNING, FetchParams.TenantMaxRunning); 0 is no
+	// limit. Every worker of a deployment should use the same value.
+	TenantMaxRunning int
 	// Poll is how long an idle worker waits before fetching again.
 	Poll time.Duration
 	// Wake, when set, ends an idle wait early: a store that announces new
@@ -46,6 +51,10 @@ type WorkerConfig struct {
 // DefaultLeaseFor is a job lease's length unless configured
 // (EDGEPIPE_LEASE).
 const DefaultLeaseFor = 30 * time.Second
+
+// DefaultTenantMaxRunning is WorkerConfig.TenantMaxRunning unless
+// configured (EDGEPIPE_TENANT_MAX_RUNNING): no per-tenant limit.
+const DefaultTenantMaxRunning = 0
 
 func (c *WorkerConfig) setDefaults() {
 	if c.Concurrency == 0 {
@@ -84,6 +93,8 @@ func (c WorkerConfig) Validate() error {
 		return errors.New("worker: concurrency must be at least 1")
 	case c.LeaseFor < time.Second:
 		return errors.New("worker: lease must be at least 1s")
+	case c.TenantMaxRunning < 0:
+		return errors.New("worker: the per-tenant running limit must be 0 (none) or more")
 	}
 	return nil
 }
@@ -191,7 +202,8 @@ func (w *Worker) loop(loop, work context.Context) {
 		}
 		queue := w.cfg.Queues[next%len(w.cfg.Queues)]
 		next++
-		claimed, _, err := w.cfg.Store.Fetch(loop, &FetchParams{Queue: queue, Owner: w.cfg.Owner, Max: free, LeaseFor: w.cfg.LeaseFor})
+		claimed, _, err := w.cfg.Store.Fetch(loop, &FetchParams{Queue: queue, Owner: w.cfg.Owner, Max: free,
+			LeaseFor: w.cfg.LeaseFor, TenantMaxRunning: w.cfg.TenantMaxRunning})
 		if err != nil && loop.Err() == nil {
 			w.log.Warn("fetch failed", "queue", queue, "err", err)
 		}

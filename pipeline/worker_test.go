@@ -141,13 +141,10 @@ func TestPruneSpool(t *testing.T) {
 	}
 }
 
-// A worker never holds more leases than it has slots: with concurrency 1
-// and a slow job in flight, the other jobs stay pending for other workers.
-func TestWorkerClaimsNoMoreThanItsSlots(t *testing.T) {
-	t.Parallel()
-	entered := make(chan struct{}, 8)
-	release := make(chan struct{})
-	h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers {
+// blockingProviders makes every provider call announce itself on entered
+// and then wait until release is closed.
+func blockingProviders(entered chan<- struct{}, release <-chan struct{}) harnessOpt {
+	return withProviders(func(pipeline.Providers) pipeline.Providers {
 		return &hookProviders{before: func(ctx context.Context, op, unit string) error {
 			entered <- struct{}{}
 			select {
@@ -157,7 +154,15 @@ func TestWorkerClaimsNoMoreThanItsSlots(t *testing.T) {
 				return ctx.Err()
 			}
 		}}
-	}))
+	})
+}
+
+// A worker never holds more leases than it has slots: with concurrency 1
+// and a slow job in flight, the other jobs stay pending for other workers.
+func TestWorkerClaimsNoMoreThanItsSlots(t *testing.T) {
+	t.Parallel()
+	entered, release := make(chan struct{}, 8), make(chan struct{})
+	h := newHarness(t, blockingProviders(entered, release))
 	ids := []string{"v1-slot1", "v1-slot2", "v1-slot3"}
 	for _, id := range ids {
 		h.submit(id, board(img("p "+id, "", 600)))
@@ -220,5 +225,54 @@ func TestWorkerWakesOnHint(t *testing.T) {
 	waitFor(t, "the woken worker to finish the job", func() bool { return h.job("v1-woken").Status.Settled() })
 	if st := h.job("v1-woken").Status; st != pipeline.StatusSucceeded {
 		t.Fatalf("job is %s", st)
+	}
+}
+
+// A worker with free slots leaves a tenant's second job queued while the
+// tenant has TenantMaxRunning jobs running, and runs another tenant's job
+// meanwhile; the queued job runs once a slot frees.
+func TestWorkerTenantMaxRunning(t *testing.T) {
+	t.Parallel()
+	entered, release := make(chan struct{}, 8), make(chan struct{})
+	h := newHarness(t, blockingProviders(entered, release))
+	jobs := []struct{ tenant, id string }{{"acme", "v1-ten1"}, {"acme", "v1-ten2"}, {"globex", "v1-ten3"}}
+	for _, j := range jobs {
+		h.submitFor(j.tenant, j.id, board(img("p "+j.id, "", 600)))
+	}
+	w, err := pipeline.NewWorker(pipeline.WorkerConfig{Store: h.store, Engine: h.engine, Queues: []string{"render-v1"},
+		Owner: "test", Concurrency: 3, LeaseFor: 3 * time.Second, Poll: 10 * time.Millisecond, Clock: h.clock, TenantMaxRunning: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	within(t, entered, "the first job's provider call")
+	within(t, entered, "the second job's provider call")
+	time.Sleep(100 * time.Millisecond) // ten poll intervals: time to over-claim, if it would
+	running := map[string]int{}
+	for _, j := range jobs {
+		if h.job(j.id).Status == pipeline.StatusRunning {
+			running[j.tenant]++
+		}
+	}
+	close(release)
+	if running["acme"] != 1 || running["globex"] != 1 {
+		t.Errorf("running per tenant %v with a limit of 1 and 3 slots; want acme 1, globex 1", running)
+	}
+	waitFor(t, "all jobs settled", func() bool {
+		for _, j := range jobs {
+			if !h.job(j.id).Status.Settled() {
+				return false
+			}
+		}
+		return true
+	})
+	if err := w.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pipeline.NewWorker(pipeline.WorkerConfig{Store: h.store, Engine: h.engine, Queues: []string{"render-v1"},
+		Owner: "test", TenantMaxRunning: -1}); err == nil {
+		t.Error("a negative tenant limit was accepted")
 	}
 }

@@ -205,7 +205,8 @@ func (a *App) buildWorker(ctx context.Context, p *Parts, fps *failpoint.Set, wit
 	}
 	p.Worker, err = pipeline.NewWorker(pipeline.WorkerConfig{
 		Store: a.Store, Engine: engine, Queues: a.Queues(), Owner: owner,
-		Concurrency: workers, LeaseFor: a.Cfg.LeaseFor, Logger: a.Log, Failpoint: fps.Func(), Wake: wake,
+		Concurrency: workers, LeaseFor: a.Cfg.LeaseFor, TenantMaxRunning: a.Cfg.TenantMaxRunning,
+		Logger: a.Log, Failpoint: fps.Func(), Wake: wake,
 	})
 	if err != nil {
 		return err

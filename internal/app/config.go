@@ -74,6 +74,9 @@ type Config struct {
 	ObjectsDir string
 	Routing    routing.Config
 	Workers    int
+	// TenantMaxRunning is how many jobs of one tenant run at once across
+	// every worker (0: no limit).
+	TenantMaxRunning int
 	// UnitConcurrency bounds the scenes one job generates at once.
 	UnitConcurrency int
 	Tokens          map[string]string
@@ -155,6 +158,10 @@ func FromEnv(getenv func(string) string, environ []string) (Config, error) {
 	return parse(getenv)
 }
 
+// maxTenantMaxRunning bounds EDGEPIPE_TENANT_MAX_RUNNING (any larger
+// value is as good as no limit).
+const maxTenantMaxRunning = 1_000_000
+
 // parse reads every setting of Config; it reads each name whatever the
 // values, so readNames can list them.
 func parse(getenv func(string) string) (Config, error) {
@@ -177,6 +184,9 @@ func parse(getenv func(string) string) (Config, error) {
 		return c, err
 	}
 	if c.Workers, err = intSetting(getenv, "EDGEPIPE_WORKERS", 2, 0, 256); err != nil {
+		return c, err
+	}
+	if c.TenantMaxRunning, err = intSetting(getenv, "EDGEPIPE_TENANT_MAX_RUNNING", pipeline.DefaultTenantMaxRunning, 0, maxTenantMaxRunning); err != nil {
 		return c, err
 	}
 	if c.Tokens, err = api.ParseTokens(getenv("EDGEPIPE_TOKENS")); err != nil {

@@ -301,3 +301,34 @@ func TestDatabaseURL(t *testing.T) {
 		}
 	}
 }
+
+// EDGEPIPE_TENANT_MAX_RUNNING: empty or 0 is no limit; a negative or
+// non-integer value is a one-line configuration error naming the setting.
+func TestTenantMaxRunningSetting(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		value string
+		want  int
+		bad   bool
+	}{
+		{"", pipeline.DefaultTenantMaxRunning, false},
+		{"0", 0, false},
+		{"3", 3, false},
+		{"-1", 0, true},
+		{"1.5", 0, true},
+		{"two", 0, true},
+		{"1000001", 0, true},
+	} {
+		env := map[string]string{}
+		if tc.value != "" {
+			env["EDGEPIPE_TENANT_MAX_RUNNING"] = tc.value
+		}
+		c, err := parse(envOf(env))
+		switch {
+		case tc.bad && (err == nil || !strings.Contains(err.Error(), "EDGEPIPE_TENANT_MAX_RUNNING") || strings.Contains(err.Error(), "\n")):
+			t.Errorf("%q: %v, want a one-line error naming the setting", tc.value, err)
+		case !tc.bad && (err != nil || c.TenantMaxRunning != tc.want):
+			t.Errorf("%q: %d, %v; want %d", tc.value, c.TenantMaxRunning, err, tc.want)
+		}
+	}
+}

@@ -51,7 +51,9 @@ func deleteMessages(ctx context.Context, tx dbtx, jobID string) error {
 // attempt's write) holds is skipped, not waited for, so concurrent fetchers
 // never block each other and never take the same job. Messages of settled
 // jobs are acked; jobs still leased or backing off are hidden until then; a
-// message delivered MaxDeliveries times without an ack is poison.
+// message delivered MaxDeliveries times without an ack is poison. With
+// TenantMaxRunning, a ready job of a tenant at the limit is left on the
+// queue untouched and the claim reads on (pipeline.FetchPages, runningOf).
 func (s *Store) Fetch(ctx context.Context, p *pipeline.FetchParams) ([]pipeline.Claimed, pipeline.FetchStats, error) {
 	var (
 		out   []pipeline.Claimed
@@ -60,17 +62,13 @@ func (s *Store) Fetch(ctx context.Context, p *pipeline.FetchParams) ([]pipeline.
 	if p == nil {
 		return nil, stats, fmt.Errorf("%w: fetch needs its parameters", pipeline.ErrInvalidInput)
 	}
-	if p.Max <= 0 || p.LeaseFor <= 0 || p.Owner == "" {
-		return nil, stats, fmt.Errorf("%w: fetch needs an owner, a positive batch size and lease", pipeline.ErrInvalidInput)
+	if p.Max <= 0 || p.LeaseFor <= 0 || p.Owner == "" || p.TenantMaxRunning < 0 {
+		return nil, stats, fmt.Errorf("%w: fetch needs an owner, a positive batch size and lease, and a tenant limit of 0 or more", pipeline.ErrInvalidInput)
 	}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		out, stats = nil, pipeline.FetchStats{}
 		now := s.now()
-		cands, err := fetchCandidates(ctx, tx, p.Queue, now, p.Max)
-		if err != nil {
-			return err
-		}
-		claims, err := s.triage(ctx, tx, now, p.Queue, cands, &stats)
+		claims, err := s.fetchPages(ctx, tx, now, p, &stats)
 		if err != nil {
 			return err
 		}
@@ -84,9 +82,29 @@ func (s *Store) Fetch(ctx context.Context, p *pipeline.FetchParams) ([]pipeline.
 	return out, stats, nil
 }
 
+// fetchPages reads candidates page by page (pipeline.FetchPages) and
+// returns the jobs to claim.
+func (s *Store) fetchPages(ctx context.Context, tx pgx.Tx, now int64, p *pipeline.FetchParams, stats *pipeline.FetchStats) ([]claimArg, error) {
+	slots := pipeline.NewTenantSlots(p.TenantMaxRunning)
+	var claims []claimArg
+	err := pipeline.FetchPages(p, slots, func(pg pipeline.FetchPage) ([]candidate, error) {
+		return fetchCandidates(ctx, tx, p.Queue, now, pg)
+	}, func(cands []candidate) (int, error) {
+		more, err := s.triage(ctx, tx, now, p.Queue, cands, stats, slots)
+		claims = append(claims, more...)
+		return len(more), err
+	}, candidate.position)
+	return claims, err
+}
+
+// position is the candidate's place in the queue's order.
+func (c candidate) position() (visibleAt, msgID int64) { return c.visibleAt, c.msgID }
+
 type candidate struct {
 	msgID      int64
+	visibleAt  int64
 	jobID      string
+	tenant     string
 	deliveries int
 	status     pipeline.Status
 	leaseExp   *int64
@@ -100,11 +118,17 @@ type claimArg struct {
 	deliveries int
 }
 
-func fetchCandidates(ctx context.Context, tx pgx.Tx, queue string, now int64, max int) ([]candidate, error) {
-	rows, err := tx.Query(ctx, `SELECT m.id, m.job_id, m.delivery_count, j.status, j.lease_expires_at, j.next_run_at
+func fetchCandidates(ctx context.Context, tx pgx.Tx, queue string, now int64, pg pipeline.FetchPage) ([]candidate, error) {
+	// The tenant filter is an early cut, read from the partial index
+	// jobs_tenant_running under this statement's snapshot; runningOf's count,
+	// under the tenant's lock, is what decides.
+	rows, err := tx.Query(ctx, `SELECT m.id, m.visible_at, m.job_id, j.tenant, m.delivery_count, j.status, j.lease_expires_at, j.next_run_at
 		FROM queue_messages m JOIN jobs j ON j.id = m.job_id
-		WHERE m.queue = $1 AND m.visible_at <= $2 ORDER BY m.visible_at, m.id LIMIT $3
-		FOR UPDATE OF m, j SKIP LOCKED`, queue, now, max)
+		WHERE m.queue = $1 AND m.visible_at <= $2 AND (m.visible_at, m.id) > ($4::bigint, $5::bigint)
+		  AND j.tenant <> ALL($6::text[])
+		  AND ($7::int = 0 OR (SELECT count(*) FROM jobs r WHERE r.tenant = j.tenant AND r.status = 'running' AND r.lease_expires_at > $2) < $7::int)
+		ORDER BY m.visible_at, m.id LIMIT $3
+		FOR UPDATE OF m, j SKIP LOCKED`, queue, now, pg.Want, pg.AfterAt, pg.AfterID, pg.Full, pg.Limit)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +137,7 @@ func fetchCandidates(ctx context.Context, tx pgx.Tx, queue string, now int64, ma
 	for rows.Next() {
 		var c candidate
 		var st string
-		if err := rows.Scan(&c.msgID, &c.jobID, &c.deliveries, &st, &c.leaseExp, &c.nextRun); err != nil {
+		if err := rows.Scan(&c.msgID, &c.visibleAt, &c.jobID, &c.tenant, &c.deliveries, &st, &c.leaseExp, &c.nextRun); err != nil {
 			return nil, err
 		}
 		c.status = pipeline.Status(st)
@@ -122,7 +146,40 @@ func fetchCandidates(ctx context.Context, tx pgx.Tx, queue string, now int64, ma
 	return cands, rows.Err()
 }
 
-func (s *Store) triage(ctx context.Context, tx pgx.Tx, now int64, queue string, cands []candidate, stats *pipeline.FetchStats) ([]claimArg, error) {
+// runningOf counts tenant's jobs running with a live lease (an expired lease
+// does not count: its job is claimable again), under the tenant's claim lock.
+//
+// Why a lock: under READ COMMITTED two workers claiming different jobs of one
+// tenant at once (SKIP LOCKED hands them different rows) would both count
+// the tenant's running jobs before either committed, both see N-1, and both
+// claim: N+1 running. So every claim that gives the tenant a job first takes
+// a transaction-scoped advisory lock on the tenant, held until its commit,
+// and only then counts, in a statement of its own: READ COMMITTED takes a
+// new snapshot per statement, so the count sees every claim committed
+// before the lock was granted (in one statement with the lock, the snapshot
+// could predate the other claim's commit). An advisory lock rather than a
+// row lock because there is no tenants table to lock, and a lock on one of
+// the tenant's job rows would not cover the jobs created after it. It is
+// tried, not waited for (pg_try_advisory_xact_lock): another worker holding
+// it is claiming for that tenant right now, so this Fetch leaves the tenant
+// out and claims other tenants' jobs — like SKIP LOCKED, fetchers never wait
+// for each other, and two fetchers that reach the same tenants in different
+// orders cannot deadlock. Only claims add running jobs, and every claim
+// under a limit takes the lock, so the count cannot grow behind it.
+func runningOf(ctx context.Context, tx pgx.Tx, tenant string, now int64) func() (int, bool, error) {
+	return func() (int, bool, error) {
+		var locked bool
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtextextended($1, 7))`, "tenant:"+tenant).Scan(&locked); err != nil || !locked {
+			return 0, false, err
+		}
+		var n int
+		err := tx.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE tenant = $1 AND status = 'running' AND lease_expires_at > $2`,
+			tenant, now).Scan(&n)
+		return n, err == nil, err
+	}
+}
+
+func (s *Store) triage(ctx context.Context, tx pgx.Tx, now int64, queue string, cands []candidate, stats *pipeline.FetchStats, slots *pipeline.TenantSlots) ([]claimArg, error) {
 	var claims []claimArg
 	var acks []int64
 	for _, c := range cands {
@@ -153,6 +210,14 @@ func (s *Store) triage(ctx context.Context, tx pgx.Tx, now int64, queue string, 
 		}
 		if err := pipeline.CheckTransition(c.status, pipeline.StatusRunning); err != nil {
 			return nil, err
+		}
+		// No slot: the message stays as it is, visible, its delivery not
+		// counted, for a Fetch after one of the tenant's jobs ends.
+		if ok, err := slots.Take(c.tenant, runningOf(ctx, tx, c.tenant, now)); err != nil {
+			return nil, err
+		} else if !ok {
+			stats.TenantLimited++
+			continue
 		}
 		claims = append(claims, claimArg{jobID: c.jobID, msgID: c.msgID, from: c.status, deliveries: c.deliveries + 1})
 	}

@@ -98,7 +98,8 @@ func exerciseEveryWritePath(t *testing.T, s *Store, clock *pipeline.ManualClock)
 	if err := s.CreateJobs(ctx, []pipeline.NewJob{newJob("v1-g")}); err != nil {
 		t.Fatal(err)
 	}
-	cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 5, LeaseFor: time.Minute})
+	// A tenant limit (not reached) runs the tenant's running count too.
+	cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 5, LeaseFor: time.Minute, TenantMaxRunning: 5})
 	if err != nil || len(cs) != 5 {
 		t.Fatalf("fetch %d %v", len(cs), err)
 	}

@@ -46,7 +46,9 @@ func deleteMessages(ctx context.Context, tx *wtx, jobID string) error {
 // for owner with a lease of leaseFor, all in one transaction. Messages whose
 // job is settled are acked and ignored; messages whose job is still leased or
 // backing off are hidden until then; a message delivered MaxDeliveries times
-// without an ack is moved to the dead-letter queue as poison.
+// without an ack is moved to the dead-letter queue as poison. With
+// p.TenantMaxRunning, a ready job of a tenant at the limit is left on the
+// queue untouched and the claim reads on (see fetchPages).
 func (s *Store) Fetch(ctx context.Context, p *pipeline.FetchParams) ([]pipeline.Claimed, pipeline.FetchStats, error) {
 	var (
 		out   []pipeline.Claimed
@@ -55,22 +57,17 @@ func (s *Store) Fetch(ctx context.Context, p *pipeline.FetchParams) ([]pipeline.
 	if p == nil {
 		return nil, stats, fmt.Errorf("%w: fetch needs its parameters", pipeline.ErrInvalidInput)
 	}
-	queue, owner, max, leaseFor := p.Queue, p.Owner, p.Max, p.LeaseFor
-	if max <= 0 || leaseFor <= 0 || owner == "" {
-		return nil, stats, fmt.Errorf("%w: fetch needs an owner, a positive batch size and lease", pipeline.ErrInvalidInput)
+	if p.Max <= 0 || p.LeaseFor <= 0 || p.Owner == "" || p.TenantMaxRunning < 0 {
+		return nil, stats, fmt.Errorf("%w: fetch needs an owner, a positive batch size and lease, and a tenant limit of 0 or more", pipeline.ErrInvalidInput)
 	}
 	err := s.inTx(ctx, func(tx *wtx) error {
 		stats = pipeline.FetchStats{}
 		now := s.now()
-		cands, err := fetchCandidates(ctx, tx, queue, now, max)
+		claims, err := s.fetchPages(ctx, tx, now, p, &stats)
 		if err != nil {
 			return err
 		}
-		claims, err := s.triage(ctx, tx, now, queue, cands, &stats)
-		if err != nil {
-			return err
-		}
-		out, err = claimJobs(ctx, tx, now, owner, now+leaseFor.Milliseconds(), claims)
+		out, err = claimJobs(ctx, tx, now, p.Owner, now+p.LeaseFor.Milliseconds(), claims)
 		stats.Claimed = len(out)
 		return err
 	})
@@ -80,10 +77,32 @@ func (s *Store) Fetch(ctx context.Context, p *pipeline.FetchParams) ([]pipeline.
 	return out, stats, nil
 }
 
+// fetchPages reads candidates page by page (pipeline.FetchPages) and
+// returns the jobs to claim. The write transaction is SQLite's only writer,
+// so the running counts triage reads cannot change under it: no two claims
+// can both see a tenant one below its limit.
+func (s *Store) fetchPages(ctx context.Context, tx *wtx, now int64, p *pipeline.FetchParams, stats *pipeline.FetchStats) ([]claimArg, error) {
+	slots := pipeline.NewTenantSlots(p.TenantMaxRunning)
+	var claims []claimArg
+	err := pipeline.FetchPages(p, slots, func(pg pipeline.FetchPage) ([]candidate, error) {
+		return fetchCandidates(ctx, tx, p.Queue, now, pg)
+	}, func(cands []candidate) (int, error) {
+		more, err := s.triage(ctx, tx, now, p.Queue, cands, stats, slots)
+		claims = append(claims, more...)
+		return len(more), err
+	}, candidate.position)
+	return claims, err
+}
+
+// position is the candidate's place in the queue's order.
+func (c candidate) position() (visibleAt, msgID int64) { return c.visibleAt, c.msgID }
+
 // candidate is a visible message and the state of its job.
 type candidate struct {
 	msgID      int64
+	visibleAt  int64
 	jobID      string
+	tenant     string
 	deliveries int
 	status     pipeline.Status
 	leaseExp   sql.NullInt64
@@ -98,12 +117,21 @@ type claimArg struct {
 	Deliveries int    `json:"d"`
 }
 
-// fetchCandidates reads up to max visible messages of queue with their
-// jobs' state, oldest first.
-func fetchCandidates(ctx context.Context, tx *wtx, queue string, now int64, max int) ([]candidate, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT m.id, m.job_id, m.delivery_count, j.status, j.lease_expires_at, j.next_run_at
+// fetchCandidates reads one page of visible messages with their jobs'
+// state, oldest first.
+func fetchCandidates(ctx context.Context, tx *wtx, queue string, now int64, pg pipeline.FetchPage) ([]candidate, error) {
+	full, err := json.Marshal(pg.Full)
+	if err != nil {
+		return nil, err
+	}
+	// The tenant filter is an early cut, read from the partial index
+	// jobs_tenant_running; triage's count (TenantSlots) is what decides.
+	rows, err := tx.QueryContext(ctx, `SELECT m.id, m.visible_at, m.job_id, j.tenant, m.delivery_count, j.status, j.lease_expires_at, j.next_run_at
 		FROM queue_messages m JOIN jobs j ON j.id = m.job_id
-		WHERE m.queue = ? AND m.visible_at <= ? ORDER BY m.visible_at, m.id LIMIT ?`, queue, now, max)
+		WHERE m.queue = ?1 AND m.visible_at <= ?2 AND (m.visible_at > ?4 OR (m.visible_at = ?4 AND m.id > ?5))
+		  AND j.tenant NOT IN (SELECT value FROM json_each(?6))
+		  AND (?7 = 0 OR (SELECT count(*) FROM jobs r WHERE r.tenant = j.tenant AND r.status = 'running' AND r.lease_expires_at > ?2) < ?7)
+		ORDER BY m.visible_at, m.id LIMIT ?3`, queue, now, pg.Want, pg.AfterAt, pg.AfterID, string(full), pg.Limit)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +141,7 @@ func fetchCandidates(ctx context.Context, tx *wtx, queue string, now int64, max 
 	for rows.Next() {
 		var c candidate
 		var st string
-		if err := rows.Scan(&c.msgID, &c.jobID, &c.deliveries, &st, &c.leaseExp, &c.nextRun); err != nil {
+		if err := rows.Scan(&c.msgID, &c.visibleAt, &c.jobID, &c.tenant, &c.deliveries, &st, &c.leaseExp, &c.nextRun); err != nil {
 			return nil, err
 		}
 		if seen[c.jobID] { // the unique index makes this impossible; never claim a job twice anyway
@@ -126,10 +154,22 @@ func fetchCandidates(ctx context.Context, tx *wtx, queue string, now int64, max 
 	return cands, rows.Err()
 }
 
+// runningOf counts tenant's jobs running with a live lease (an expired
+// lease does not count: its job is claimable again).
+func runningOf(ctx context.Context, tx *wtx, tenant string, now int64) func() (int, bool, error) {
+	return func() (int, bool, error) {
+		var n int
+		err := tx.QueryRowContext(ctx, `SELECT count(*) FROM jobs WHERE tenant = ? AND status = 'running' AND lease_expires_at > ?`,
+			tenant, now).Scan(&n)
+		return n, err == nil, err
+	}
+}
+
 // triage decides each candidate: a settled job's message is acked, a job
 // still leased or backing off is hidden until then, a message delivered
-// too often is poison; the rest are returned to be claimed.
-func (s *Store) triage(ctx context.Context, tx *wtx, now int64, queue string, cands []candidate, stats *pipeline.FetchStats) ([]claimArg, error) {
+// too often is poison, a job whose tenant has no slot left stays on the
+// queue as it is (no delivery counted); the rest are returned to be claimed.
+func (s *Store) triage(ctx context.Context, tx *wtx, now int64, queue string, cands []candidate, stats *pipeline.FetchStats, slots *pipeline.TenantSlots) ([]claimArg, error) {
 	var claims []claimArg
 	var acks []int64
 	for _, c := range cands {
@@ -160,6 +200,12 @@ func (s *Store) triage(ctx context.Context, tx *wtx, now int64, queue string, ca
 		}
 		if err := pipeline.CheckTransition(c.status, pipeline.StatusRunning); err != nil {
 			return nil, err // unreachable with the cases above; the table stays the one authority
+		}
+		if ok, err := slots.Take(c.tenant, runningOf(ctx, tx, c.tenant, now)); err != nil {
+			return nil, err
+		} else if !ok {
+			stats.TenantLimited++
+			continue
 		}
 		claims = append(claims, claimArg{JobID: c.jobID, MsgID: c.msgID, From: string(c.status), Deliveries: c.deliveries + 1})
 	}

@@ -93,4 +93,10 @@ var suite = []struct {
 	{"InstanceIDsArePerTenant", testInstanceIDsArePerTenant},
 	{"TenantInstanceIDUniqueInDatabase", testTenantInstanceIDUniqueInDatabase},
 	{"WebhookPayloadCarriesInstanceID", testWebhookPayloadCarriesInstanceID},
+	{"TenantLimitClaimsOtherTenants", testTenantLimitClaimsOtherTenants},
+	{"TenantLimitReadsPastSaturatedTenant", testTenantLimitReadsPastSaturatedTenant},
+	{"TenantLimitExpiredLeaseDoesNotCount", testTenantLimitExpiredLeaseDoesNotCount},
+	{"TenantLimitZeroIsUnlimited", testTenantLimitZeroIsUnlimited},
+	{"TenantLimitNotPoison", testTenantLimitNotPoison},
+	{"TenantLimitConcurrentClaims", testTenantLimitConcurrentClaims},
 }
