@@ -22,9 +22,11 @@ func (keyOnlyRenderer) SceneFromImage(context.Context, string, string, int, stri
 func (keyOnlyRenderer) NormalizeVideo(context.Context, string, string, int, string, string) error {
 	return errors.New("not used")
 }
-func (keyOnlyRenderer) JoinTo(context.Context, []string, io.Writer) error { return errors.New("not used") }
-func (keyOnlyRenderer) AlignDurations(ms []int) []int                    { return ms }
-func (keyOnlyRenderer) Fingerprint() string                              { return "k" }
+func (keyOnlyRenderer) JoinTo(context.Context, []string, io.Writer) error {
+	return errors.New("not used")
+}
+func (keyOnlyRenderer) AlignDurations(ms []int) []int { return ms }
+func (keyOnlyRenderer) Fingerprint() string           { return "k" }
 
 // A render that was stored when apply was skipped and is gone by finalize
 // (clips nil) fails the attempt transiently, so the next one renders: it
