@@ -17,9 +17,6 @@ import (
 	"edgepipe/routing"
 )
 
-// MaxReasonBytes bounds an operator's reason for a decision or a discard.
-const MaxReasonBytes = 1000
-
 // checkReason returns what is wrong with an operator's reason, "" if
 // nothing. The reason is shown to operators and, for a failed job, to the
 // job's owner, so it is plain text on one line.
@@ -27,8 +24,8 @@ func checkReason(r string, required bool) string {
 	switch {
 	case r == "" && required:
 		return "is required: say why"
-	case len(r) > MaxReasonBytes:
-		return fmt.Sprintf("must be at most %d bytes", MaxReasonBytes)
+	case len(r) > pipeline.MaxOperatorReason:
+		return fmt.Sprintf("must be at most %d bytes", pipeline.MaxOperatorReason)
 	case !utf8.ValidString(r):
 		return "must be UTF-8 text"
 	case strings.TrimSpace(r) != r:
@@ -84,11 +81,7 @@ func (s *Server) adminDiscard(c echo.Context) error {
 }
 
 func settledProblem(d pipeline.DeadLetter) error {
-	how := "redriven"
-	if !d.DiscardedAt.IsZero() {
-		how = "discarded"
-	}
-	return problem(http.StatusConflict, "dead_letter_settled", fmt.Sprintf("dead letter %d was already %s", d.ID, how))
+	return problem(http.StatusConflict, "dead_letter_settled", fmt.Sprintf("dead letter %d was already %s", d.ID, d.SettledAs()))
 }
 
 // DeadLetterFilter selects open dead letters for a bulk redrive or

@@ -39,7 +39,7 @@ func TestDecisionRecordedOnTheJob(t *testing.T) {
 	for _, tc := range []struct{ body, field string }{
 		{`{"decision":"fail","reason":" padded"}`, "reason"},
 		{`{"decision":"fail","reason":"two\nlines"}`, "reason"},
-		{`{"decision":"fail","reason":"` + strings.Repeat("x", MaxReasonBytes+1) + `"}`, "reason"},
+		{`{"decision":"fail","reason":"` + strings.Repeat("x", pipeline.MaxOperatorReason+1) + `"}`, "reason"},
 		{`{"decision":"fail","reason":7}`, "reason"},
 		{`{"decision":"maybe","reason":"ok"}`, "decision"},
 	} {

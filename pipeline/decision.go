@@ -2,15 +2,16 @@ package pipeline
 
 import "fmt"
 
-// MaxDecisionReason bounds an operator's reason for a decision (bytes).
-const MaxDecisionReason = 1000
+// MaxOperatorReason bounds an operator's reason for a decision or a
+// discard (bytes). The API refuses a longer one before the store does.
+const MaxOperatorReason = 1000
 
-// CheckDecisionReason refuses a reason over MaxDecisionReason. Stores call
+// CheckDecisionReason refuses a reason over MaxOperatorReason. Stores call
 // it before they look the job up, so an overlong reason is refused as bad
 // input whether or not the job exists.
 func CheckDecisionReason(reason string) error {
-	if len(reason) > MaxDecisionReason {
-		return fmt.Errorf("%w: reason is longer than %d bytes", ErrInvalidInput, MaxDecisionReason)
+	if len(reason) > MaxOperatorReason {
+		return fmt.Errorf("%w: reason is longer than %d bytes", ErrInvalidInput, MaxOperatorReason)
 	}
 	return nil
 }
@@ -20,7 +21,7 @@ func CheckDecisionReason(reason string) error {
 // retry puts the job back on its queue (pending); fail ends it (failed)
 // with a message saying who failed it and why, keeping the error class and
 // code it was reviewed for. It refuses an unknown decision, a reason over
-// MaxDecisionReason and a job that is not in needs_review. Every job store
+// MaxOperatorReason and a job that is not in needs_review. Every job store
 // decides through it.
 func DecisionOutcome(j Job, d ReviewDecision, operator, reason string) (Outcome, map[string]any, error) {
 	if err := CheckDecisionReason(reason); err != nil {

@@ -36,7 +36,7 @@ func TestDecisionOutcome(t *testing.T) {
 			want:      Outcome{Status: StatusFailed, ErrorClass: ClassAmbiguous, ErrorCode: "timeout", ErrorMessage: "failed by operator"},
 			wantEvent: map[string]any{"decision": DecisionFail, "operator": ""}},
 		{name: "unknown decision", job: review, d: "maybe", wantErr: ErrInvalidInput},
-		{name: "overlong reason", job: review, d: DecisionRetry, reason: strings.Repeat("x", MaxDecisionReason+1), wantErr: ErrInvalidInput},
+		{name: "overlong reason", job: review, d: DecisionRetry, reason: strings.Repeat("x", MaxOperatorReason+1), wantErr: ErrInvalidInput},
 		{name: "not in review", job: Job{Status: StatusRunning}, d: DecisionRetry, wantErr: ErrInvalidTransition},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,8 +59,8 @@ func TestDecisionOutcome(t *testing.T) {
 			}
 		})
 	}
-	if err := CheckDecisionReason(strings.Repeat("x", MaxDecisionReason)); err != nil {
-		t.Errorf("a reason of exactly MaxDecisionReason bytes: %v", err)
+	if err := CheckDecisionReason(strings.Repeat("x", MaxOperatorReason)); err != nil {
+		t.Errorf("a reason of exactly MaxOperatorReason bytes: %v", err)
 	}
 }
 
@@ -102,7 +102,7 @@ func TestDeadLetterCheckOpen(t *testing.T) {
 	for _, tc := range []struct {
 		reason string
 		ok     bool
-	}{{"", false}, {"dup", true}, {strings.Repeat("x", MaxDiscardReason), true}, {strings.Repeat("x", MaxDiscardReason+1), false}} {
+	}{{"", false}, {"dup", true}, {strings.Repeat("x", MaxOperatorReason), true}, {strings.Repeat("x", MaxOperatorReason+1), false}} {
 		err := CheckDiscardReason(tc.reason)
 		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalidInput)) {
 			t.Errorf("CheckDiscardReason(%d bytes) = %v, want ok=%v", len(tc.reason), err, tc.ok)

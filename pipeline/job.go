@@ -210,26 +210,32 @@ func (d DeadLetter) Settled() bool { return !d.RedrivenAt.IsZero() || !d.Discard
 // CheckOpen refuses to settle a dead letter twice: nil while it is open, an
 // ErrInvalidTransition saying how it was settled otherwise.
 func (d DeadLetter) CheckOpen() error {
-	switch {
-	case !d.RedrivenAt.IsZero():
-		return fmt.Errorf("%w: dead letter %d was already redriven", ErrInvalidTransition, d.ID)
-	case !d.DiscardedAt.IsZero():
-		return fmt.Errorf("%w: dead letter %d was already discarded", ErrInvalidTransition, d.ID)
+	if how := d.SettledAs(); how != "" {
+		return fmt.Errorf("%w: dead letter %d was already %s", ErrInvalidTransition, d.ID, how)
 	}
 	return nil
 }
 
-// MaxDiscardReason bounds a discard's reason (bytes).
-const MaxDiscardReason = 1000
+// SettledAs says how the dead letter was settled: "redriven", "discarded",
+// or "" while it is open.
+func (d DeadLetter) SettledAs() string {
+	switch {
+	case !d.RedrivenAt.IsZero():
+		return "redriven"
+	case !d.DiscardedAt.IsZero():
+		return "discarded"
+	}
+	return ""
+}
 
 // CheckDiscardReason validates an operator's reason for discarding a dead
-// letter: required, at most MaxDiscardReason bytes.
+// letter: required, at most MaxOperatorReason bytes.
 func CheckDiscardReason(reason string) error {
 	if reason == "" {
 		return fmt.Errorf("%w: a discard needs a reason", ErrInvalidInput)
 	}
-	if len(reason) > MaxDiscardReason {
-		return fmt.Errorf("%w: reason is longer than %d bytes", ErrInvalidInput, MaxDiscardReason)
+	if len(reason) > MaxOperatorReason {
+		return fmt.Errorf("%w: reason is longer than %d bytes", ErrInvalidInput, MaxOperatorReason)
 	}
 	return nil
 }

@@ -131,7 +131,7 @@ func (w rawWrite) Exec(q string, args ...any) (int64, error) {
 }
 
 // maxDecisionReason is the longest operator reason a store accepts (bytes).
-const maxDecisionReason = 1000
+const maxDecisionReason = pipeline.MaxOperatorReason
 
 // maxWebhookError is the longest last_error a store keeps on a delivery
 // (bytes, cut on a rune boundary).
