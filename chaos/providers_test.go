@@ -417,8 +417,15 @@ func TestProviderReplicateKilledAfterCreate(t *testing.T) {
 	_, env := newWorkersAI(t)
 	rep, repEnv := newReplicate(t, "starting", "processing", "processing", "succeeded")
 	created, polled := make(chan string, 4), make(chan string, 16)
-	rep.OnCreate = func(id string) { created <- id }
-	rep.OnPoll = func(id string) { polled <- id }
+	notify := func(ch chan string) func(string) {
+		return func(id string) {
+			select {
+			case ch <- id:
+			default: // only the first ones matter
+			}
+		}
+	}
+	rep.OnCreate, rep.OnPoll = notify(created), notify(polled)
 	rep.HoldPolls()
 	c := newCluster(t, clusterConfig{NoFake: true, Env: append(env, repEnv...)})
 	c.serve("EDGEPIPE_WORKERS=0")
