@@ -513,8 +513,12 @@ func TestProviderReplicateKilledAfterCreate(t *testing.T) {
 	if !first.signaled(syscall.SIGKILL) {
 		t.Fatalf("worker %d was not killed by SIGKILL: %v", first.pid(), first.cmd.ProcessState)
 	}
-	if n := rep.Polls(); n != 0 {
-		t.Fatalf("%d polls were answered before the kill, want 0", n)
+	// The held poll dies with its client, unanswered.
+	for deadline := time.Now().Add(10 * time.Second); rep.PollsAbandoned() == 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n, gone := rep.Polls(), rep.PollsAbandoned(); n != 0 || gone != 1 {
+		t.Fatalf("%d polls answered and %d abandoned by the killed worker, want 0 and 1", n, gone)
 	}
 	rep.ReleasePolls()
 	c.worker()

@@ -91,6 +91,7 @@ type Server struct {
 	creates      []Create
 	pollsIn      int
 	polls        int
+	abandoned    int
 	deliveries   int
 	deliveryAuth string
 	cancels      int
@@ -244,7 +245,11 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, id string) {
 		select {
 		case <-hold:
 		case <-r.Context().Done():
-			return // the client went away: this poll was never answered
+			// The client went away: this poll was never answered.
+			s.mu.Lock()
+			s.abandoned++
+			s.mu.Unlock()
+			return
 		}
 	}
 	s.mu.Lock()
@@ -295,7 +300,7 @@ func (s *Server) CreateCount() int {
 }
 
 // Polls counts the polls answered (held polls whose client went away are
-// not); PollsReceived counts every poll that arrived.
+// not).
 func (s *Server) Polls() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -307,6 +312,14 @@ func (s *Server) PollsReceived() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.pollsIn
+}
+
+// PollsAbandoned counts the held polls whose client went away before
+// they were released (never answered).
+func (s *Server) PollsAbandoned() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.abandoned
 }
 
 // PollsOf counts the answered polls of prediction id.
