@@ -160,14 +160,18 @@ func scenes(board map[string]any) [][3]string {
 	return out
 }
 
-// runOne submits board and waits until the job settled; it returns the job
-// and its story (the provider-call audit rows) read through the admin API.
-func runOne(ctx context.Context, t *testing.T, c *cluster, key string, board map[string]any) (job, []storyCall) {
+// runOne submits board and waits until the job settled; it returns the job,
+// its provider-call audit rows read through the admin API, and the URL of
+// the emulators' ledger of it (emulatorLedger; rep may be nil).
+func runOne(ctx context.Context, t *testing.T, c *cluster, key string, board map[string]any,
+	cf *workersaitest.Server, rep *replicatetest.Server) (job, []storyCall, string) {
 	t.Helper()
+	ledger, setJob := emulatorLedger(t, board, cf, rep)
 	id, _, err := c.api.submitRetrying(ctx, submitReq{Key: key, Body: board})
 	if err != nil {
 		t.Fatal(err)
 	}
+	setJob(id)
 	if _, err := c.api.waitSettled(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +179,7 @@ func runOne(ctx context.Context, t *testing.T, c *cluster, key string, board map
 	if err != nil {
 		t.Fatal(err)
 	}
-	return j, jobCalls(ctx, t, c, id)
+	return j, jobCalls(ctx, t, c, id), ledger
 }
 
 // storyCall is the part of an audit row these tests read.
@@ -341,9 +345,7 @@ func TestProviderWorkersAI(t *testing.T) {
 	c := newCluster(t, clusterConfig{NoFake: true, Env: env})
 	c.serve()
 	board := readmeFirstJob(t, true)
-	ledger, setJob := emulatorLedger(t, board, cf, nil)
-	j, calls := runOne(ctx, t, c, "e2e-workers-ai", board)
-	setJob(j.ID)
+	j, calls, ledger := runOne(ctx, t, c, "e2e-workers-ai", board, cf, nil)
 	if j.Status != "succeeded" {
 		t.Fatalf("job %s is %s, want succeeded:%s", j.ID, j.Status, problems([]job{j}))
 	}
@@ -372,9 +374,7 @@ func TestProviderWorkersAIDroppedSpeech(t *testing.T) {
 	cf.Drop = func(k workersaitest.Call) bool { return k.Model == modelMelo && k.Prompt == dropped }
 	c := newCluster(t, clusterConfig{NoFake: true, Env: env})
 	c.serve()
-	ledger, setJob := emulatorLedger(t, board, cf, nil)
-	j, calls := runOne(ctx, t, c, "e2e-workers-ai-drop", board)
-	setJob(j.ID)
+	j, calls, ledger := runOne(ctx, t, c, "e2e-workers-ai-drop", board, cf, nil)
 	if j.Status != "needs_review" {
 		t.Errorf("job %s is %s, want needs_review:%s", j.ID, j.Status, problems([]job{j}))
 	}
@@ -421,9 +421,7 @@ func TestProviderReplicate(t *testing.T) {
 	c := newCluster(t, clusterConfig{NoFake: true, Env: append(env, repEnv...)})
 	c.serve()
 	board := readmeFirstJob(t, false)
-	ledger, setJob := emulatorLedger(t, board, cf, rep)
-	j, calls := runOne(ctx, t, c, "e2e-replicate", board)
-	setJob(j.ID)
+	j, calls, ledger := runOne(ctx, t, c, "e2e-replicate", board, cf, rep)
 	if j.Status != "succeeded" {
 		t.Fatalf("job %s is %s, want succeeded:%s", j.ID, j.Status, problems([]job{j}))
 	}
