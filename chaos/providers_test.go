@@ -204,8 +204,9 @@ func jobCalls(ctx context.Context, t *testing.T, c *cluster, id string) []storyC
 }
 
 // probeMP4 downloads a succeeded job's result and checks with ffprobe that
-// it has a video stream and a positive duration, which it returns.
-func probeMP4(ctx context.Context, t *testing.T, c *cluster, j job) float64 {
+// it has a video stream and a positive duration, which it returns, and, when
+// narrated, an audio stream.
+func probeMP4(ctx context.Context, t *testing.T, c *cluster, j job, narrated bool) float64 {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "result.mp4")
 	sum := ""
@@ -231,9 +232,13 @@ func probeMP4(ctx context.Context, t *testing.T, c *cluster, j job) float64 {
 	if err := json.Unmarshal(out, &pr); err != nil {
 		t.Fatalf("ffprobe: %v: %s", err, out)
 	}
-	video := false
+	video, audio := false, false
 	for _, s := range pr.Streams {
 		video = video || s.CodecType == "video"
+		audio = audio || s.CodecType == "audio"
+	}
+	if narrated && !audio {
+		t.Errorf("result has no audio stream, but the board is narrated (%s)", out)
 	}
 	d, _ := strconv.ParseFloat(pr.Format.Duration, 64)
 	if !video || d <= 0 {
@@ -349,7 +354,7 @@ func TestProviderWorkersAI(t *testing.T) {
 	if j.Status != "succeeded" {
 		t.Fatalf("job %s is %s, want succeeded:%s", j.ID, j.Status, problems([]job{j}))
 	}
-	d := probeMP4(ctx, t, c, j)
+	d := probeMP4(ctx, t, c, j, true)
 	wantCalls(t, calls, board, map[string]string{pipeline.OpImage: "workers-ai", pipeline.OpSpeech: "workers-ai"})
 	wantOnePerPrompt(t, cf, board)
 	c.scanLogs()
@@ -407,7 +412,8 @@ func TestProviderWorkersAIDroppedSpeech(t *testing.T) {
 }
 
 // TestProviderReplicate: the README's first job as the README routes it
-// (Workers AI for images and narration, Replicate for the video scene):
+// (Workers AI for images and narration, here answered as audio/mpeg bodies,
+// Replicate for the video scene):
 // the prediction is created once without Prefer: wait, polled through
 // starting and processing, its MP4 downloaded; the job succeeds, the MP4
 // plays, and the audit rows name each operation's provider and model.
@@ -417,6 +423,7 @@ func TestProviderReplicate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cf, env := newWorkersAI(t)
+	cf.AudioBinary = true // melotts's other answer form: a binary audio/mpeg body
 	rep, repEnv := newReplicate(t, "starting", "processing", "processing", "processing", "succeeded")
 	c := newCluster(t, clusterConfig{NoFake: true, Env: append(env, repEnv...)})
 	c.serve()
@@ -425,7 +432,7 @@ func TestProviderReplicate(t *testing.T) {
 	if j.Status != "succeeded" {
 		t.Fatalf("job %s is %s, want succeeded:%s", j.ID, j.Status, problems([]job{j}))
 	}
-	d := probeMP4(ctx, t, c, j)
+	d := probeMP4(ctx, t, c, j, true)
 	wantCalls(t, calls, board, map[string]string{pipeline.OpImage: "workers-ai", pipeline.OpSpeech: "workers-ai", pipeline.OpVideoSubmit: "replicate"})
 	wantOnePerPrompt(t, cf, board)
 	creates := rep.Creates()
@@ -543,7 +550,7 @@ func TestProviderReplicateKilledAfterCreate(t *testing.T) {
 		t.Fatal(err)
 	}
 	if j.Status == "succeeded" {
-		probeMP4(ctx, t, c, j)
+		probeMP4(ctx, t, c, j, false)
 	}
 	totals.kills.Add(1)
 	c.scanLogs()
