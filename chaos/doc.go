@@ -29,6 +29,15 @@
 //	                           directory, 100 jobs, two workers SIGKILLed and
 //	                           replaced on new empty directories; versions per
 //	                           attempt, the fake provider's own ledger, check
+//	TestProvider*              the real-provider adapters end to end: the
+//	                           README's first job on the Workers AI emulator
+//	                           (and with video on the Replicate emulator):
+//	                           succeeded, ffprobe, audit rows name the models;
+//	                           a narration dropped after the request was read
+//	                           is received once and parks the job in
+//	                           needs_review; a worker SIGKILLed after a
+//	                           Replicate create recovers the prediction id
+//	                           from the database and never creates again
 //
 // Run them with scripts/chaos.sh (make chaos), or directly:
 //

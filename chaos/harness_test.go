@@ -314,6 +314,9 @@ type clusterConfig struct {
 	// Postgres puts the job store on a fresh Postgres database whatever
 	// CHAOS_STORE says.
 	Postgres bool
+	// NoFake starts no fake provider and leaves EDGEPIPE_PROVIDER_URL
+	// unset: Env chooses the providers (the real-provider tests).
+	NoFake bool
 }
 
 func newCluster(t testing.TB, cfg clusterConfig) *cluster {
@@ -335,7 +338,9 @@ func newCluster(t testing.TB, cfg clusterConfig) *cluster {
 	if seed == 0 {
 		seed = 1
 	}
-	c.startFake(cfg.Faults, seed)
+	if !cfg.NoFake {
+		c.startFake(cfg.Faults, seed)
+	}
 	c.apiAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	c.api = newAPIClient(t, "http://"+c.apiAddr, tenantToken)
 	t.Cleanup(func() {
@@ -374,7 +379,6 @@ func (c *cluster) edgepipeEnv(extra ...string) []string {
 		"EDGEPIPE_ADDR="+c.apiAddr,
 		"EDGEPIPE_TOKENS="+tenantToken+":"+chaosTenant,
 		"EDGEPIPE_ADMIN_TOKEN="+adminToken,
-		"EDGEPIPE_PROVIDER_URL="+c.fakeURL,
 		"EDGEPIPE_LEASE=3s",
 		"EDGEPIPE_RETRY_BASE=200ms",
 		"EDGEPIPE_RETRY_CAP=2s",
@@ -386,6 +390,9 @@ func (c *cluster) edgepipeEnv(extra ...string) []string {
 		"EDGEPIPE_ALLOW_PRIVATE_WEBHOOKS=true",
 		"EDGEPIPE_LOG_LEVEL=info",
 	)
+	if c.fakeURL != "" {
+		env = append(env, "EDGEPIPE_PROVIDER_URL="+c.fakeURL)
+	}
 	env = append(env, c.env...)
 	return append(env, extra...)
 }
@@ -469,6 +476,13 @@ type checkReport struct {
 // the fault proxy).
 func (c *cluster) finish(extraEnv ...string) checkReport {
 	c.t.Helper()
+	return c.finishCheck(c.fakeURL+"/ledger", extraEnv...)
+}
+
+// finishCheck is finish with the provider ledger to cross-check ("" = none:
+// a provider without one).
+func (c *cluster) finishCheck(ledgerURL string, extraEnv ...string) checkReport {
+	c.t.Helper()
 	c.stopAll()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -477,7 +491,11 @@ func (c *cluster) finish(extraEnv ...string) checkReport {
 		c.t.Fatalf("edgepipe sweep exited %d: %s%s", code, out, errOut)
 	}
 	c.t.Logf("sweep: %s", strings.TrimSpace(out))
-	out, errOut, code = c.run(ctx, extraEnv, "check", "--json", "--require-settled", "--ledger", c.fakeURL+"/ledger")
+	args := []string{"check", "--json", "--require-settled"}
+	if ledgerURL != "" {
+		args = append(args, "--ledger", ledgerURL)
+	}
+	out, errOut, code = c.run(ctx, extraEnv, args...)
 	var rep checkReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		c.t.Fatalf("edgepipe check exited %d with unreadable output: %v\n%s%s", code, err, out, errOut)
@@ -485,7 +503,7 @@ func (c *cluster) finish(extraEnv ...string) checkReport {
 	for _, v := range rep.Violations {
 		c.t.Errorf("VIOLATION invariant %d %s job=%s key=%s: %s", v.Invariant, v.Kind, v.JobID, v.Key, v.Detail)
 	}
-	if !rep.Ledger {
+	if ledgerURL != "" && !rep.Ledger {
 		c.t.Errorf("edgepipe check did not cross-check the provider ledger")
 	}
 	if code != 0 && len(rep.Violations) == 0 {
@@ -527,6 +545,9 @@ func (c *cluster) scanLogs() {
 	ps := append(slices.Clone(c.servers), c.fake)
 	c.mu.Unlock()
 	for _, p := range ps {
+		if p == nil {
+			continue
+		}
 		l := p.log()
 		for _, bad := range []string{"WARNING: DATA RACE", "panic:", "database disk image is malformed", "fatal error:"} {
 			if strings.Contains(l, bad) {

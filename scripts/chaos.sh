@@ -13,7 +13,10 @@
 #                             on SQLite and again on Postgres, the multi-node
 #                             test (Postgres, 1 API + 3 workers, 100 jobs, two
 #                             worker SIGKILLs), the storage outage shortened to
-#                             60 s, and the wiped-spool kills
+#                             60 s, the wiped-spool kills, and the real-provider
+#                             adapters end to end (TestProvider*: Workers AI and
+#                             Replicate emulators, a dropped narration, a worker
+#                             SIGKILLed after a Replicate create)
 #
 #   Both modes need PostgreSQL: EDGEPIPE_TEST_DATABASE_URL names the server
 #   (.ci/run starts one); when it is unset this script starts a throwaway
@@ -90,9 +93,11 @@ if [ "$mode" = ci ]; then
     echo "== chaos: storage outage (${CHAOS_OUTAGE:-60s}) and wiped spool after kills, on $store"
     CHAOS_STORE=$store CHAOS_OUTAGE="${CHAOS_OUTAGE:-60s}" chaos_test -run '^(TestStorageOutage|TestWipedSpoolAfterKill)$' -parallel 2 -timeout 30m || rc=1
   done
+  echo "== chaos: real-provider adapters end to end (Workers AI and Replicate emulators, SQLite)"
+  CHAOS_STORE=sqlite chaos_test -run '^TestProvider' -parallel 2 -timeout 10m || rc=1
 else
-  echo "== chaos: crash matrix, random kills, storage faults and outage, wiped spool (SQLite)"
-  CHAOS_STORE=sqlite chaos_test -run '^(TestCrashMatrix|TestRandomKills|TestStorageFaults|TestStorageOutage|TestWipedSpoolAfterKill|TestSQLiteBusy|TestStoreBusyBeforePrepare|TestDiskFull)$' \
+  echo "== chaos: crash matrix, random kills, storage faults and outage, wiped spool, real-provider adapters (SQLite)"
+  CHAOS_STORE=sqlite chaos_test -run '^(TestCrashMatrix|TestRandomKills|TestStorageFaults|TestStorageOutage|TestWipedSpoolAfterKill|TestSQLiteBusy|TestStoreBusyBeforePrepare|TestDiskFull|TestProvider.*)$' \
     -parallel "$parallel" -timeout 60m || rc=1
   echo "== chaos: crash matrix, random kills, storage outage and wiped spool on Postgres, then the multi-node test"
   CHAOS_STORE=postgres chaos_test -run '^(TestCrashMatrix|TestRandomKills|TestStorageOutage|TestWipedSpoolAfterKill)$' -parallel "$parallel" -timeout 60m || rc=1

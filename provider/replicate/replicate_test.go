@@ -1,33 +1,24 @@
 package replicate_test
 
-// The httptest server below reproduces Replicate's HTTP API for predictions
-// as published in its reference (no test calls the internet):
+// The server these tests run against is package replicatetest, a local
+// emulator of Replicate's HTTP API for predictions as published in its
+// reference (no test calls the internet):
 // https://replicate.com/docs/reference/http (predictions.create,
-// predictions.get; also https://sdks.replicate.com/resources/predictions):
-//   - POST /v1/models/{owner}/{name}/predictions {"input":{…}} (official
-//     models) or POST /v1/predictions {"version":…,"input":{…}}, with
-//     Authorization: Bearer <token>, answers 201 with the prediction object
-//     {"id","model","version","input","logs","output","error","status",
-//     "created_at","urls":{"cancel","get"}}, status "starting";
-//   - GET /v1/predictions/{id} answers the same object; status is one of
-//     starting, processing, succeeded, failed, canceled; output holds HTTPS
-//     URLs of files (a string, or a list for flux-schnell), which are
-//     deleted about an hour after the prediction ends (data_removed: true);
-//   - errors are JSON {"title","detail","status"} (e.g. 401 "Unauthenticated",
-//     422 "Input validation failed", 429 "Request was throttled. Expected
-//     available in N seconds." with Retry-After).
-// The example prediction id and fields are those of the reference's
-// hello-world example, with model and output changed.
+// predictions.get, predictions.cancel; also
+// https://sdks.replicate.com/resources/predictions). Its documentation
+// lists the requests and answers reproduced; the error bodies of the create
+// failures below are the reference's too: {"title","detail","status"}
+// (e.g. 422 "Input validation failed", 429 "Request was throttled. Expected
+// available in N seconds." with Retry-After). The end-to-end tests of
+// package chaos run the real binary against the same emulator.
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,129 +26,19 @@ import (
 	"edgepipe/pipeline"
 	"edgepipe/provider"
 	"edgepipe/provider/replicate"
+	"edgepipe/provider/replicate/replicatetest"
 )
 
 const token = "r8_testtoken123"
 
-// fakeReplicate serves predictions whose statuses follow a script.
-type fakeReplicate struct {
-	t   *testing.T
-	srv *httptest.Server
-	// script is the status each successive GET returns; the last repeats.
-	script []string
-	// output is the prediction's output value when succeeded (JSON);
-	// empty = a URL to /delivery/out on this server.
-	output string
-	// createHandler, when set, answers the create instead.
-	createHandler func(w http.ResponseWriter)
-	// deliveryStatus answers downloads (0 = 200 with the file).
-	deliveryStatus int
-	deliveryType   string
-	dataRemoved    bool
+const predID = replicatetest.ExampleID
 
-	mu           sync.Mutex
-	creates      []string // bodies
-	createPath   string
-	polls        int
-	deliveries   int
-	deliveryAuth string
-	preferWait   bool
-	cancels      int
-}
-
-func newFake(t *testing.T) *fakeReplicate {
-	f := &fakeReplicate{t: t, script: []string{"succeeded"}, deliveryType: "video/mp4"}
-	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
-	t.Cleanup(f.srv.Close)
+// newFake starts the Replicate emulator shared with the end-to-end tests
+// (package replicatetest, which cites the API reference).
+func newFake(t *testing.T) *replicatetest.Server {
+	f := replicatetest.New(token)
+	t.Cleanup(f.Close)
 	return f
-}
-
-func writeJSON(w http.ResponseWriter, status int, body string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = io.WriteString(w, body)
-}
-
-const predID = "gm3qorzdhgbfurvjtvhg6dckhu"
-
-func (f *fakeReplicate) prediction(status string) string {
-	output := "null"
-	if status == "succeeded" && !f.dataRemoved {
-		output = f.output
-		if output == "" {
-			output = `"` + f.srv.URL + `/delivery/xezq/out.mp4"`
-		}
-	}
-	errField := "null"
-	if status == "failed" {
-		errField = `"CUDA out of memory"`
-	}
-	return fmt.Sprintf(`{"id":%q,"model":"minimax/video-01","version":"5c7d5dc6dd8bf75c1acaa8565735e7986bc5b66206b55cca93cb72c9bf15ccaa",`+
-		`"input":{"prompt":"x"},"logs":"","output":%s,"error":%s,"status":%q,"created_at":"2023-09-08T16:19:34.765994Z",`+
-		`"data_removed":%t,"urls":{"cancel":"%s/v1/predictions/%s/cancel","get":"%s/v1/predictions/%s"}}`,
-		predID, output, errField, status, f.dataRemoved, f.srv.URL, predID, f.srv.URL, predID)
-}
-
-func (f *fakeReplicate) serve(w http.ResponseWriter, r *http.Request) {
-	if strings.HasPrefix(r.URL.Path, "/delivery/") {
-		f.mu.Lock()
-		f.deliveries++
-		f.deliveryAuth = r.Header.Get("Authorization")
-		st, ct := f.deliveryStatus, f.deliveryType
-		f.mu.Unlock()
-		if st != 0 {
-			w.WriteHeader(st)
-			return
-		}
-		w.Header().Set("Content-Type", ct)
-		_, _ = io.WriteString(w, "FILE-BYTES")
-		return
-	}
-	if r.Header.Get("Authorization") != "Bearer "+token {
-		writeJSON(w, 401, `{"title":"Unauthenticated","detail":"You did not pass a valid authentication token","status":401}`)
-		return
-	}
-	switch {
-	case r.Method == http.MethodPost && r.URL.Path == "/v1/predictions/"+predID+"/cancel":
-		f.mu.Lock()
-		f.cancels++
-		f.mu.Unlock()
-		writeJSON(w, 200, f.prediction("canceled"))
-	case r.Method == http.MethodPost && (strings.HasSuffix(r.URL.Path, "/predictions")):
-		b, _ := io.ReadAll(r.Body)
-		f.mu.Lock()
-		f.creates = append(f.creates, string(b))
-		f.createPath = r.URL.Path
-		f.preferWait = f.preferWait || r.Header.Get("Prefer") != ""
-		h := f.createHandler
-		f.mu.Unlock()
-		if h != nil {
-			h(w)
-			return
-		}
-		writeJSON(w, 201, f.prediction("starting"))
-	case r.Method == http.MethodGet && r.URL.Path == "/v1/predictions/"+predID:
-		f.mu.Lock()
-		i := min(f.polls, len(f.script)-1)
-		f.polls++
-		st := f.script[i]
-		f.mu.Unlock()
-		if st == "500" {
-			writeJSON(w, 500, `{"title":"Internal Server Error","detail":"","status":500}`)
-			return
-		}
-		writeJSON(w, 200, f.prediction(st))
-	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/predictions/"):
-		writeJSON(w, 404, `{"title":"Not found","detail":"The requested resource could not be found.","status":404}`)
-	default:
-		writeJSON(w, 404, `{"title":"Not found","detail":"","status":404}`)
-	}
-}
-
-func (f *fakeReplicate) createCount() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.creates)
 }
 
 func newAdapter(t *testing.T, base string, mod ...func(*replicate.Config)) *replicate.Adapter {
@@ -188,8 +69,8 @@ func asCallError(t *testing.T, err error) *pipeline.CallError {
 func TestVideoTakesSeveralPolls(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)
-	f.script = []string{"starting", "processing", "processing", "succeeded"}
-	a := newAdapter(t, f.srv.URL)
+	f.Script = []string{"starting", "processing", "processing", "succeeded"}
+	a := newAdapter(t, f.URL)
 	ctx := context.Background()
 	id, err := a.SubmitVideo(ctx, pipeline.CallMeta{UnitID: "j/0"}, pipeline.VideoRequest{Prompt: "a fox runs", DurationMS: 4000, Width: 1280, Height: 720})
 	if err != nil {
@@ -198,10 +79,10 @@ func TestVideoTakesSeveralPolls(t *testing.T) {
 	if id != predID {
 		t.Fatalf("id %q", id)
 	}
-	if f.createPath != "/v1/models/minimax/video-01/predictions" || f.creates[0] != `{"input":{"prompt":"a fox runs"}}` {
-		t.Errorf("create %s %s", f.createPath, f.creates[0])
+	if c := f.Creates()[0]; c.Path != "/v1/models/minimax/video-01/predictions" || c.Body != `{"input":{"prompt":"a fox runs"}}` {
+		t.Errorf("create %s %s", c.Path, c.Body)
 	}
-	if f.preferWait {
+	if c := f.Creates()[0]; c.Prefer != "" {
 		t.Error("create sent a Prefer header: a dropped wait would lose the prediction id")
 	}
 	var states []pipeline.VideoState
@@ -229,11 +110,11 @@ func TestVideoTakesSeveralPolls(t *testing.T) {
 	if string(b) != "FILE-BYTES" || m.ContentType != "video/mp4" {
 		t.Errorf("fetched %q %s", b, m.ContentType)
 	}
-	if f.deliveryAuth != "Bearer "+token {
-		t.Errorf("download on the API host without the token: %q", f.deliveryAuth)
+	if _, auth := f.Deliveries(); auth != "Bearer "+token {
+		t.Errorf("download on the API host without the token: %q", auth)
 	}
-	if f.createCount() != 1 {
-		t.Errorf("%d creates, want 1", f.createCount())
+	if f.CreateCount() != 1 {
+		t.Errorf("%d creates, want 1", f.CreateCount())
 	}
 }
 
@@ -241,8 +122,8 @@ func TestVideoFailedAndCanceled(t *testing.T) {
 	t.Parallel()
 	for status, code := range map[string]string{"failed": provider.CodeGenerationFailed, "canceled": provider.CodeJobCanceled} {
 		f := newFake(t)
-		f.script = []string{"processing", status}
-		a := newAdapter(t, f.srv.URL)
+		f.Script = []string{"processing", status}
+		a := newAdapter(t, f.URL)
 		ctx := context.Background()
 		if st, err := a.VideoStatus(ctx, predID); err != nil || st.Done || st.Failed {
 			t.Fatalf("%s: first poll %+v %v", status, st, err)
@@ -266,25 +147,25 @@ func TestExpiredOutput(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name    string
-		setup   func(f *fakeReplicate)
+		setup   func(f *replicatetest.Server)
 		fetches int
 	}{
-		{"404", func(f *fakeReplicate) { f.deliveryStatus = 404 }, 1},
-		{"410", func(f *fakeReplicate) { f.deliveryStatus = 410 }, 1},
-		{"data removed", func(f *fakeReplicate) { f.dataRemoved = true }, 0},
+		{"404", func(f *replicatetest.Server) { f.DeliveryStatus = 404 }, 1},
+		{"410", func(f *replicatetest.Server) { f.DeliveryStatus = 410 }, 1},
+		{"data removed", func(f *replicatetest.Server) { f.DataRemoved = true }, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			f := newFake(t)
 			tc.setup(f)
-			a := newAdapter(t, f.srv.URL)
+			a := newAdapter(t, f.URL)
 			_, err := a.FetchVideo(context.Background(), predID)
 			ce := asCallError(t, err)
 			if ce.Outcome != pipeline.OutcomeFailed || ce.Code != provider.CodeOutputExpired || ce.Op != provider.OpVideoFetch {
 				t.Errorf("got %s %s %s, want video_fetch failed %s", ce.Op, ce.Outcome, ce.Code, provider.CodeOutputExpired)
 			}
-			if f.deliveries != tc.fetches {
-				t.Errorf("%d downloads, want %d", f.deliveries, tc.fetches)
+			if n, _ := f.Deliveries(); n != tc.fetches {
+				t.Errorf("%d downloads, want %d", n, tc.fetches)
 			}
 		})
 	}
@@ -293,8 +174,8 @@ func TestExpiredOutput(t *testing.T) {
 func TestFetchBeforeDoneAndPollFailures(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)
-	f.script = []string{"processing", "500"}
-	a := newAdapter(t, f.srv.URL)
+	f.Script = []string{"processing", "500"}
+	a := newAdapter(t, f.URL)
 	_, err := a.FetchVideo(context.Background(), predID)
 	if ce := asCallError(t, err); ce.Outcome != pipeline.OutcomeNotSent || ce.Code != provider.CodeVideoNotReady {
 		t.Errorf("fetch early: %s %s", ce.Outcome, ce.Code)
@@ -325,23 +206,23 @@ func TestCreateFailuresAreClassified(t *testing.T) {
 		retryAfter time.Duration
 	}{
 		{"422 input", func(w http.ResponseWriter) {
-			writeJSON(w, 422, `{"title":"Input validation failed","detail":"- input: prompt is required","status":422,"invalid_fields":[{"type":"required","field":"input","description":"prompt is required"}]}`)
+			replicatetest.WriteJSON(w, 422, `{"title":"Input validation failed","detail":"- input: prompt is required","status":422,"invalid_fields":[{"type":"required","field":"input","description":"prompt is required"}]}`)
 		}, pipeline.OutcomeRejected, provider.CodeRejectedInput, 0},
 		{"402 billing", func(w http.ResponseWriter) {
-			writeJSON(w, 402, `{"title":"Insufficient credit","detail":"You have insufficient credit to run this model.","status":402}`)
+			replicatetest.WriteJSON(w, 402, `{"title":"Insufficient credit","detail":"You have insufficient credit to run this model.","status":402}`)
 		}, pipeline.OutcomeRejected, provider.CodeRejected, 0},
 		{"404 model", func(w http.ResponseWriter) {
-			writeJSON(w, 404, `{"title":"Not found","detail":"The requested resource could not be found.","status":404}`)
+			replicatetest.WriteJSON(w, 404, `{"title":"Not found","detail":"The requested resource could not be found.","status":404}`)
 		}, pipeline.OutcomeRejected, provider.CodeNotFound, 0},
 		{"429", func(w http.ResponseWriter) {
 			w.Header().Set("Retry-After", "3")
-			writeJSON(w, 429, `{"detail":"Request was throttled. Expected available in 3 seconds.","status":429}`)
+			replicatetest.WriteJSON(w, 429, `{"detail":"Request was throttled. Expected available in 3 seconds.","status":429}`)
 		}, pipeline.OutcomeRateLimited, provider.CodeRateLimited, 3 * time.Second},
 		{"500", func(w http.ResponseWriter) {
-			writeJSON(w, 500, `{"title":"Internal Server Error","detail":"","status":500}`)
+			replicatetest.WriteJSON(w, 500, `{"title":"Internal Server Error","detail":"","status":500}`)
 		}, pipeline.OutcomeUnknown, provider.CodeServerError, 0},
 		{"201 without id", func(w http.ResponseWriter) {
-			writeJSON(w, 201, `{"status":"starting"}`)
+			replicatetest.WriteJSON(w, 201, `{"status":"starting"}`)
 		}, pipeline.OutcomeUnknown, provider.CodeBadResponse, 0},
 		{"dropped after sending", func(w http.ResponseWriter) {
 			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
@@ -354,8 +235,8 @@ func TestCreateFailuresAreClassified(t *testing.T) {
 			t.Run(op+"/"+tc.name, func(t *testing.T) {
 				t.Parallel()
 				f := newFake(t)
-				f.createHandler = tc.h
-				a := newAdapter(t, f.srv.URL, func(c *replicate.Config) { c.Timeout = 500 * time.Millisecond })
+				f.CreateHandler = tc.h
+				a := newAdapter(t, f.URL, func(c *replicate.Config) { c.Timeout = 500 * time.Millisecond })
 				var err error
 				if op == pipeline.OpImage {
 					_, err = a.GenerateImage(context.Background(), pipeline.CallMeta{UnitID: "j/0"}, pipeline.ImageRequest{Prompt: "p"})
@@ -369,7 +250,7 @@ func TestCreateFailuresAreClassified(t *testing.T) {
 				if strings.Contains(err.Error(), token) {
 					t.Error("error carries the token")
 				}
-				if n := f.createCount(); n != 1 {
+				if n := f.CreateCount(); n != 1 {
 					t.Errorf("%d creates reached the server, want exactly 1", n)
 				}
 			})
@@ -382,11 +263,11 @@ func TestCreateFailuresAreClassified(t *testing.T) {
 func TestImageRunsToTheEndInOneCall(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)
-	f.script = []string{"processing", "processing", "succeeded"}
-	f.deliveryType = "image/png"
-	f.output = "" // set below, needs the server URL
-	f.output = `["` + f.srv.URL + `/delivery/xezq/out-0.png"]`
-	a := newAdapter(t, f.srv.URL)
+	f.Script = []string{"processing", "processing", "succeeded"}
+	f.DeliveryType = "image/png"
+	f.Output = "" // set below, needs the server URL
+	f.Output = `["` + f.URL + `/delivery/xezq/out-0.png"]`
+	a := newAdapter(t, f.URL)
 	m, err := a.GenerateImage(context.Background(), pipeline.CallMeta{UnitID: "j/0"}, pipeline.ImageRequest{Prompt: "a fox", Width: 1280, Height: 720})
 	if err != nil {
 		t.Fatal(err)
@@ -396,12 +277,12 @@ func TestImageRunsToTheEndInOneCall(t *testing.T) {
 	if string(b) != "FILE-BYTES" || m.ContentType != "image/png" {
 		t.Errorf("got %q %s", b, m.ContentType)
 	}
-	if f.createPath != "/v1/models/black-forest-labs/flux-schnell/predictions" ||
-		f.creates[0] != `{"input":{"aspect_ratio":"16:9","num_outputs":1,"output_format":"png","prompt":"a fox"}}` {
-		t.Errorf("create %s %s", f.createPath, f.creates[0])
+	if c := f.Creates()[0]; c.Path != "/v1/models/black-forest-labs/flux-schnell/predictions" ||
+		c.Body != `{"input":{"aspect_ratio":"16:9","num_outputs":1,"output_format":"png","prompt":"a fox"}}` {
+		t.Errorf("create %s %s", c.Path, c.Body)
 	}
-	if f.polls != 3 || f.createCount() != 1 {
-		t.Errorf("%d polls %d creates", f.polls, f.createCount())
+	if f.Polls() != 3 || f.CreateCount() != 1 {
+		t.Errorf("%d polls %d creates", f.Polls(), f.CreateCount())
 	}
 }
 
@@ -412,25 +293,25 @@ func TestImageFailuresAfterCreateAreNeverNotSent(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name    string
-		setup   func(f *fakeReplicate)
+		setup   func(f *replicatetest.Server)
 		outcome pipeline.CallOutcome
 		code    string
 	}{
-		{"prediction failed", func(f *fakeReplicate) { f.script = []string{"processing", "failed"} }, pipeline.OutcomeFailed, provider.CodeGenerationFailed},
-		{"polls keep failing", func(f *fakeReplicate) { f.script = []string{"500"} }, pipeline.OutcomeUnknown, provider.CodePollFailed},
-		{"output expired", func(f *fakeReplicate) { f.deliveryStatus = 410 }, pipeline.OutcomeFailed, provider.CodeOutputExpired},
-		{"download 500", func(f *fakeReplicate) { f.deliveryStatus = 500 }, pipeline.OutcomeUnknown, provider.CodeConnectionLost},
-		{"never finishes", func(f *fakeReplicate) { f.script = []string{"processing"} }, pipeline.OutcomeUnknown, provider.CodeTimeout},
+		{"prediction failed", func(f *replicatetest.Server) { f.Script = []string{"processing", "failed"} }, pipeline.OutcomeFailed, provider.CodeGenerationFailed},
+		{"polls keep failing", func(f *replicatetest.Server) { f.Script = []string{"500"} }, pipeline.OutcomeUnknown, provider.CodePollFailed},
+		{"output expired", func(f *replicatetest.Server) { f.DeliveryStatus = 410 }, pipeline.OutcomeFailed, provider.CodeOutputExpired},
+		{"download 500", func(f *replicatetest.Server) { f.DeliveryStatus = 500 }, pipeline.OutcomeUnknown, provider.CodeConnectionLost},
+		{"never finishes", func(f *replicatetest.Server) { f.Script = []string{"processing"} }, pipeline.OutcomeUnknown, provider.CodeTimeout},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			f := newFake(t)
-			f.deliveryType = "image/png"
+			f.DeliveryType = "image/png"
 			tc.setup(f)
 			// Only the case that waits out the in-call bound shortens it:
 			// the others must reach their own end first, even on a loaded
 			// machine under -race.
-			a := newAdapter(t, f.srv.URL, func(c *replicate.Config) {
+			a := newAdapter(t, f.URL, func(c *replicate.Config) {
 				if tc.code == provider.CodeTimeout {
 					c.SyncWait = 300 * time.Millisecond
 				}
@@ -443,13 +324,11 @@ func TestImageFailuresAfterCreateAreNeverNotSent(t *testing.T) {
 			if !strings.Contains(err.Error(), predID) {
 				t.Errorf("error does not name the prediction for an operator: %v", err)
 			}
-			if f.createCount() != 1 {
-				t.Errorf("%d creates", f.createCount())
+			if f.CreateCount() != 1 {
+				t.Errorf("%d creates", f.CreateCount())
 			}
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			if wantCancel := tc.code == provider.CodeTimeout; (f.cancels == 1) != wantCancel {
-				t.Errorf("%d cancels, want %d", f.cancels, map[bool]int{true: 1}[wantCancel])
+			if wantCancel := tc.code == provider.CodeTimeout; (f.Cancels() == 1) != wantCancel {
+				t.Errorf("%d cancels, want %d", f.Cancels(), map[bool]int{true: 1}[wantCancel])
 			}
 		})
 	}
@@ -466,9 +345,9 @@ func TestVersionedModelAndTokenScope(t *testing.T) {
 		_, _ = io.WriteString(w, "RIFF")
 	}))
 	t.Cleanup(other.Close)
-	f.output = `"` + other.URL + `/speech.wav"`
+	f.Output = `"` + other.URL + `/speech.wav"`
 	const version = "5c7d5dc6dd8bf75c1acaa8565735e7986bc5b66206b55cca93cb72c9bf15ccaa"
-	a := newAdapter(t, f.srv.URL, func(c *replicate.Config) {
+	a := newAdapter(t, f.URL, func(c *replicate.Config) {
 		c.Models = map[string]string{pipeline.OpSpeech: "jaaari/kokoro-82m:" + version}
 	})
 	if a.Contract(pipeline.OpSpeech) != pipeline.ContractSync {
@@ -479,8 +358,8 @@ func TestVersionedModelAndTokenScope(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Body.Close()
-	if f.createPath != "/v1/predictions" || f.creates[0] != `{"input":{"text":"hello"},"version":"`+version+`"}` {
-		t.Errorf("create %s %s", f.createPath, f.creates[0])
+	if c := f.Creates()[0]; c.Path != "/v1/predictions" || c.Body != `{"input":{"text":"hello"},"version":"`+version+`"}` {
+		t.Errorf("create %s %s", c.Path, c.Body)
 	}
 	if got := foreignAuth.Load().(string); got != "" {
 		t.Errorf("token sent to a foreign output host: %q", got)

@@ -1,37 +1,31 @@
 package workersai_test
 
-// The httptest server below reproduces the Workers AI REST API as published
-// by Cloudflare (no test calls the internet):
-//   - request: POST {base}/accounts/{account_id}/ai/run/{model},
-//     Authorization: Bearer {token}, JSON input. Input schemas from the model
-//     catalogue, cloudflare/cloudflare-docs
-//     src/content/workers-ai-models/flux-1-schnell.json ({"prompt","steps"},
-//     output {"image": base64}) and melotts.json ({"prompt","lang"}, output
-//     {"audio": base64 MP3} or a binary audio/mpeg body),
-//     https://developers.cloudflare.com/workers-ai/models/flux-1-schnell/ and
-//     .../models/melotts/.
-//   - answers: the Cloudflare API v4 envelope
-//     {"result":…,"success":…,"errors":[{"code","message"}],"messages":[]};
-//     error codes and statuses from
-//     https://developers.cloudflare.com/workers-ai/platform/errors/
-//     (5007 no such model → 400, 3007 timeout → 408, 3036 account limited →
-//     429, 3040 out of capacity → 429) and the API's routing error 7003
-//     (→ 404 "Could not route to …, perhaps your object identifier is
-//     invalid?") and 10000 "Authentication error" (→ 401).
+// The server these tests run against is package workersaitest, a local
+// emulator of the Workers AI REST API as published by Cloudflare (no test
+// calls the internet); its documentation cites the references: the request
+// POST {base}/accounts/{account_id}/ai/run/{model} with a Bearer token, the
+// model catalogue's input and output schemas (cloudflare/cloudflare-docs
+// src/content/workers-ai-models/flux-1-schnell.json and melotts.json,
+// https://developers.cloudflare.com/workers-ai/models/flux-1-schnell/ and
+// .../models/melotts/), and the API v4 envelope
+// {"result":…,"success":…,"errors":[{"code","message"}],"messages":[]}.
+// The failure answers below take their codes and statuses from
+// https://developers.cloudflare.com/workers-ai/platform/errors/ (5007 no
+// such model → 400, 3007 timeout → 408, 3036 account limited → 429, 3040
+// out of capacity → 429), the API's routing error 7003 (→ 404 "Could not
+// route to …, perhaps your object identifier is invalid?") and 10000
+// "Authentication error" (→ 401). The end-to-end tests of package chaos run
+// the real binary against the same emulator.
 
 import (
 	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
-	"image"
-	"image/color"
-	"image/jpeg"
 	"image/png"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -40,6 +34,7 @@ import (
 	"edgepipe/pipeline"
 	"edgepipe/provider"
 	"edgepipe/provider/workersai"
+	"edgepipe/provider/workersai/workersaitest"
 )
 
 const (
@@ -47,37 +42,13 @@ const (
 	token   = "cf-test-token-123"
 )
 
-func testJPEG(t *testing.T) []byte {
+// newServer starts the emulator; h, when set, answers instead of it.
+func newServer(t *testing.T, h func(w http.ResponseWriter, r *http.Request, body string)) *workersaitest.Server {
 	t.Helper()
-	img := image.NewRGBA(image.Rect(0, 0, 16, 8))
-	for x := range 16 {
-		for y := range 8 {
-			img.Set(x, y, color.RGBA{uint8(x * 16), uint8(y * 32), 200, 255})
-		}
+	s := workersaitest.New(account, token)
+	if h != nil {
+		s.Handler = func(w http.ResponseWriter, r *http.Request, c workersaitest.Call) { h(w, r, c.Body) }
 	}
-	var b bytes.Buffer
-	if err := jpeg.Encode(&b, img, nil); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
-// server records every request it received and answers with h.
-type server struct {
-	*httptest.Server
-	n      atomic.Int32
-	bodies chan string
-}
-
-func newServer(t *testing.T, h func(w http.ResponseWriter, r *http.Request, body string)) *server {
-	t.Helper()
-	s := &server{bodies: make(chan string, 16)}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.n.Add(1)
-		b, _ := io.ReadAll(r.Body)
-		s.bodies <- string(b)
-		h(w, r, string(b))
-	}))
 	t.Cleanup(s.Close)
 	return s
 }
@@ -96,47 +67,21 @@ func newAdapter(t *testing.T, base string, mod ...func(*workersai.Config)) *work
 	return a
 }
 
-func writeJSON(w http.ResponseWriter, status int, body string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = io.WriteString(w, body)
-}
-
-// hijackClose reads the request and drops the connection without a word:
-// the request reached the provider, which may have run (and billed) it.
-func hijackClose(w http.ResponseWriter) {
-	conn, _, err := http.NewResponseController(w).Hijack()
-	if err == nil {
-		conn.Close()
-	}
-}
-
 func TestImageRequestAndAnswerShapes(t *testing.T) {
 	t.Parallel()
-	jpg := testJPEG(t)
-	s := newServer(t, func(w http.ResponseWriter, r *http.Request, body string) {
-		if r.Method != http.MethodPost || r.URL.Path != "/client/v4/accounts/"+account+"/ai/run/@cf/black-forest-labs/flux-1-schnell" {
-			writeJSON(w, 404, `{"result":null,"success":false,"errors":[{"code":7003,"message":"Could not route"}],"messages":[]}`)
-			return
-		}
-		if r.Header.Get("Authorization") != "Bearer "+token || r.Header.Get("Content-Type") != "application/json" {
-			writeJSON(w, 401, `{"success":false,"errors":[{"code":10000,"message":"Authentication error"}]}`)
-			return
-		}
-		if r.Header.Get("Idempotency-Key") != "" || r.Header.Get("cf-aig-skip-cache") != "true" {
-			writeJSON(w, 400, `{"result":null,"success":false,"errors":[{"code":3003,"message":"bad headers"}],"messages":[]}`)
-			return
-		}
-		writeJSON(w, 200, `{"result":{"image":"`+base64.StdEncoding.EncodeToString(jpg)+`"},"success":true,"errors":[],"messages":[]}`)
-	})
+	s := newServer(t, nil)
 	a := newAdapter(t, s.URL)
 	m, err := a.GenerateImage(context.Background(), pipeline.CallMeta{UnitID: "job/0", IdempotencyKey: "ignored"},
 		pipeline.ImageRequest{Prompt: "a red fox", Width: 1280, Height: 720})
 	if err != nil {
 		t.Fatalf("GenerateImage: %v", err)
 	}
-	if got := <-s.bodies; got != `{"prompt":"a red fox","steps":4}` {
-		t.Errorf("request body = %s", got)
+	c := s.Calls()[0]
+	if c.Path != "/client/v4/accounts/"+account+"/ai/run/@cf/black-forest-labs/flux-1-schnell" || c.Body != `{"prompt":"a red fox","steps":4}` {
+		t.Errorf("request %s %s", c.Path, c.Body)
+	}
+	if c.Header.Get("Content-Type") != "application/json" || c.Header.Get("Idempotency-Key") != "" || c.Header.Get("cf-aig-skip-cache") != "true" {
+		t.Errorf("headers %v", c.Header)
 	}
 	if m.ContentType != "image/png" {
 		t.Errorf("content type %q", m.ContentType)
@@ -157,38 +102,21 @@ func TestImageRequestAndAnswerShapes(t *testing.T) {
 
 func TestSpeechAnswersBase64OrBinary(t *testing.T) {
 	t.Parallel()
-	mp3 := []byte("ID3\x04\x00\x00\x00\x00\x00\x00\xff\xfb\x90\x64fake-mp3-frames")
-	for _, tc := range []struct {
-		name string
-		h    func(w http.ResponseWriter)
-	}{
-		{"json", func(w http.ResponseWriter) {
-			writeJSON(w, 200, `{"result":{"audio":"`+base64.StdEncoding.EncodeToString(mp3)+`"},"success":true,"errors":[],"messages":[]}`)
-		}},
-		{"binary", func(w http.ResponseWriter) {
-			w.Header().Set("Content-Type", "audio/mpeg")
-			_, _ = w.Write(mp3)
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, binary := range []bool{false, true} {
+		t.Run(map[bool]string{false: "json", true: "binary"}[binary], func(t *testing.T) {
 			t.Parallel()
-			s := newServer(t, func(w http.ResponseWriter, r *http.Request, body string) {
-				if r.URL.Path != "/client/v4/accounts/"+account+"/ai/run/@cf/myshell-ai/melotts" {
-					writeJSON(w, 404, `{"result":null,"success":false,"errors":[{"code":7003,"message":"Could not route"}],"messages":[]}`)
-					return
-				}
-				tc.h(w)
-			})
+			s := newServer(t, nil)
+			s.AudioBinary = binary
 			a := newAdapter(t, s.URL)
 			m, err := a.Synthesize(context.Background(), pipeline.CallMeta{UnitID: "job/1"}, pipeline.SpeechRequest{Text: "Hello there.", Voice: "narrator", SampleRate: 48000})
 			if err != nil {
 				t.Fatalf("Synthesize: %v", err)
 			}
-			if got := <-s.bodies; got != `{"prompt":"Hello there.","lang":"en"}` {
-				t.Errorf("request body = %s", got)
+			if c := s.Calls()[0]; c.Model != "@cf/myshell-ai/melotts" || c.Body != `{"prompt":"Hello there.","lang":"en"}` {
+				t.Errorf("request %s %s", c.Path, c.Body)
 			}
 			b, _ := io.ReadAll(m.Body)
-			if !bytes.Equal(b, mp3) || m.ContentType != "audio/mpeg" {
+			if !bytes.Equal(b, workersaitest.DefaultAudio) || m.ContentType != "audio/mpeg" {
 				t.Errorf("got %q (%s), want the MP3 bytes", b, m.ContentType)
 			}
 		})
@@ -208,23 +136,23 @@ func TestFailuresAreClassified(t *testing.T) {
 		retryAfter time.Duration
 	}{
 		{"400 no such model", func(w http.ResponseWriter) {
-			writeJSON(w, 400, `{"result":null,"success":false,"errors":[{"code":5007,"message":"No such model @cf/x or task"}],"messages":[]}`)
+			workersaitest.WriteJSON(w, 400, `{"result":null,"success":false,"errors":[{"code":5007,"message":"No such model @cf/x or task"}],"messages":[]}`)
 		}, pipeline.OutcomeRejected, provider.CodeRejectedInput, 0},
 		{"401 auth", func(w http.ResponseWriter) {
-			writeJSON(w, 401, `{"success":false,"errors":[{"code":10000,"message":"Authentication error"}]}`)
+			workersaitest.WriteJSON(w, 401, `{"success":false,"errors":[{"code":10000,"message":"Authentication error"}]}`)
 		}, pipeline.OutcomeRejected, provider.CodeUnauthorized, 0},
 		{"404 route", func(w http.ResponseWriter) {
-			writeJSON(w, 404, `{"result":null,"success":false,"errors":[{"code":7003,"message":"Could not route to /client/v4/accounts/x/ai/run, perhaps your object identifier is invalid?"}],"messages":[]}`)
+			workersaitest.WriteJSON(w, 404, `{"result":null,"success":false,"errors":[{"code":7003,"message":"Could not route to /client/v4/accounts/x/ai/run, perhaps your object identifier is invalid?"}],"messages":[]}`)
 		}, pipeline.OutcomeRejected, provider.CodeNotFound, 0},
 		{"408 inference timeout", func(w http.ResponseWriter) {
-			writeJSON(w, 408, `{"result":null,"success":false,"errors":[{"code":3007,"message":"Request timeout"}],"messages":[]}`)
+			workersaitest.WriteJSON(w, 408, `{"result":null,"success":false,"errors":[{"code":3007,"message":"Request timeout"}],"messages":[]}`)
 		}, pipeline.OutcomeUnknown, provider.CodeTimeout, 0},
 		{"429 with Retry-After", func(w http.ResponseWriter) {
 			w.Header().Set("Retry-After", "7")
-			writeJSON(w, 429, `{"result":null,"success":false,"errors":[{"code":3040,"message":"No more data centers to forward the request to"}],"messages":[]}`)
+			workersaitest.WriteJSON(w, 429, `{"result":null,"success":false,"errors":[{"code":3040,"message":"No more data centers to forward the request to"}],"messages":[]}`)
 		}, pipeline.OutcomeRateLimited, provider.CodeRateLimited, 7 * time.Second},
 		{"500", func(w http.ResponseWriter) {
-			writeJSON(w, 500, `{"result":null,"success":false,"errors":[{"code":3043,"message":"Internal server error"}],"messages":[]}`)
+			workersaitest.WriteJSON(w, 500, `{"result":null,"success":false,"errors":[{"code":3043,"message":"Internal server error"}],"messages":[]}`)
 		}, pipeline.OutcomeUnknown, provider.CodeServerError, 0},
 		{"502 html", func(w http.ResponseWriter) {
 			w.Header().Set("Content-Type", "text/html")
@@ -232,16 +160,16 @@ func TestFailuresAreClassified(t *testing.T) {
 			_, _ = io.WriteString(w, "<html>bad gateway</html>")
 		}, pipeline.OutcomeUnknown, provider.CodeServerError, 0},
 		{"200 success false", func(w http.ResponseWriter) {
-			writeJSON(w, 200, `{"result":null,"success":false,"errors":[{"code":5006,"message":"oops"}],"messages":[]}`)
+			workersaitest.WriteJSON(w, 200, `{"result":null,"success":false,"errors":[{"code":5006,"message":"oops"}],"messages":[]}`)
 		}, pipeline.OutcomeUnknown, provider.CodeBadResponse, 0},
 		{"200 success false with a result", func(w http.ResponseWriter) {
-			writeJSON(w, 200, `{"result":{"image":"/9j/","audio":"SUQz"},"success":false,"errors":[{"code":5006,"message":"oops"}],"messages":[]}`)
+			workersaitest.WriteJSON(w, 200, `{"result":{"image":"/9j/","audio":"SUQz"},"success":false,"errors":[{"code":5006,"message":"oops"}],"messages":[]}`)
 		}, pipeline.OutcomeUnknown, provider.CodeBadResponse, 0},
 		{"200 not json", func(w http.ResponseWriter) {
 			w.Header().Set("Content-Type", "text/plain")
 			_, _ = io.WriteString(w, "hello")
 		}, pipeline.OutcomeUnknown, provider.CodeBadResponse, 0},
-		{"dropped after sending", hijackClose, pipeline.OutcomeUnknown, provider.CodeConnectionLost, 0},
+		{"dropped after sending", workersaitest.HijackClose, pipeline.OutcomeUnknown, provider.CodeConnectionLost, 0},
 		{"timeout", func(w http.ResponseWriter) {
 			time.Sleep(1500 * time.Millisecond)
 		}, pipeline.OutcomeUnknown, provider.CodeTimeout, 0},
@@ -268,7 +196,7 @@ func TestFailuresAreClassified(t *testing.T) {
 				if strings.Contains(err.Error(), token) {
 					t.Errorf("error carries the token: %v", err)
 				}
-				if n := s.n.Load(); n != 1 {
+				if n := s.Count(); n != 1 {
 					t.Errorf("server saw %d requests, want exactly 1 (no resend)", n)
 				}
 			})
@@ -300,14 +228,14 @@ func TestNotSentWhenNothingListens(t *testing.T) {
 // and is reported unknown, never silently sent again.
 func TestKeepAliveDropIsNotResent(t *testing.T) {
 	t.Parallel()
-	jpg := testJPEG(t)
+	jpg := workersaitest.JPEG(16, 8)
 	var calls atomic.Int32
 	s := newServer(t, func(w http.ResponseWriter, r *http.Request, _ string) {
 		if calls.Add(1) == 1 {
-			writeJSON(w, 200, `{"result":{"image":"`+base64.StdEncoding.EncodeToString(jpg)+`"},"success":true,"errors":[],"messages":[]}`)
+			workersaitest.WriteJSON(w, 200, `{"result":{"image":"`+base64.StdEncoding.EncodeToString(jpg)+`"},"success":true,"errors":[],"messages":[]}`)
 			return
 		}
-		hijackClose(w)
+		workersaitest.HijackClose(w)
 	})
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	t.Cleanup(tr.CloseIdleConnections)
@@ -322,7 +250,7 @@ func TestKeepAliveDropIsNotResent(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Outcome != pipeline.OutcomeUnknown {
 		t.Fatalf("err = %v, want outcome unknown", err)
 	}
-	if n := s.n.Load(); n != 2 {
+	if n := s.Count(); n != 2 {
 		t.Fatalf("server saw %d requests, want 2: the dropped one was resent", n)
 	}
 }
