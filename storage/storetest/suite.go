@@ -93,4 +93,9 @@ var suite = []struct {
 	{"InstanceIDsArePerTenant", testInstanceIDsArePerTenant},
 	{"TenantInstanceIDUniqueInDatabase", testTenantInstanceIDUniqueInDatabase},
 	{"WebhookPayloadCarriesInstanceID", testWebhookPayloadCarriesInstanceID},
+	{"RateTokensRefill", testRateTokensRefill},
+	{"RateConcurrencySlots", testRateConcurrencySlots},
+	{"RatePauseBlocksEveryone", testRatePauseBlocksEveryone},
+	{"RateBucketSharedByTwoHandles", testRateBucketSharedByTwoHandles},
+	{"RateConcurrentTakersNeverExceedCapacity", testRateConcurrentTakersNeverExceedCapacity},
 }
