@@ -77,19 +77,28 @@ func TestRateLimitWaitIsNotAnAttemptNorACall(t *testing.T) {
 	fl := newFakeLimiter()
 	h := newHarness(t, withLimiter(fl, imageLimit))
 	h.submit("v1-rl", board(img("a lighthouse", "", 600)))
+	ctx := context.Background()
+	cs, _, err := h.store.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 1, LeaseFor: time.Minute})
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("fetch: %v", err)
+	}
 	type result struct {
 		o   pipeline.Outcome
 		err error
 	}
 	done := make(chan result, 1)
+	finished := make(chan struct{})
 	go func() {
-		_, o, err := h.attempt("render-v1", true)
+		defer close(finished)
+		o, err := h.engine.Run(ctx, cs[0])
 		done <- result{o, err}
 	}()
+	// Should the test fail while the unit waits, let the attempt end before
+	// the harness closes the store under it.
+	t.Cleanup(func() { fl.setOpen(); <-finished })
 	for range 3 { // the unit asks again and again while it waits
 		within(t, fl.refused, "a refused take")
 	}
-	ctx := context.Background()
 	calls, err := h.store.ProviderCalls(ctx, "v1-rl", -1, "")
 	if err != nil || len(calls) != 0 {
 		t.Fatalf("while waiting for a token: %d provider_calls rows (%v), want none", len(calls), err)
@@ -101,6 +110,9 @@ func TestRateLimitWaitIsNotAnAttemptNorACall(t *testing.T) {
 	r := within(t, done, "the attempt")
 	if r.err != nil || r.o.Status != pipeline.StatusSucceeded {
 		t.Fatalf("outcome %+v, %v", r.o, r.err)
+	}
+	if err := h.store.Finish(ctx, cs[0].Lease, r.o); err != nil {
+		t.Fatal(err)
 	}
 	calls, err = h.store.ProviderCalls(ctx, "v1-rl", -1, "")
 	if err != nil || len(calls) != 1 || calls[0].Op != pipeline.OpImage {
@@ -133,10 +145,13 @@ func TestRateLimitWaitEndsWithTheAttempt(t *testing.T) {
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
+	finished := make(chan struct{})
 	go func() {
+		defer close(finished)
 		_, err := h.engine.Run(rctx, cs[0])
 		done <- err
 	}()
+	t.Cleanup(func() { cancel(); <-finished })
 	within(t, fl.refused, "a refused take")
 	cancel()
 	if err := within(t, done, "the interrupted attempt"); err == nil {
