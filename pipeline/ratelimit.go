@@ -102,10 +102,16 @@ type RateDecision struct {
 	Bucket  RateBucket
 	Granted bool
 	// Wait, when not granted, is how long until a token could be had (at
-	// least 1ms). A full concurrency bound waits for the first slot to
-	// expire, but a slot released earlier frees it sooner: takers poll.
+	// least 1ms): the pause's end or the refill of a whole token, exactly.
+	// A full concurrency bound waits for the first slot to expire, but a
+	// slot released earlier frees it sooner, so that part of the wait is
+	// at most rateSlotRecheck: a taker asks again that soon.
 	Wait time.Duration
 }
+
+// rateSlotRecheck bounds a wait for a concurrency slot: a slot may be
+// released any time.
+const rateSlotRecheck = time.Second
 
 // DecideRate takes one token from b at now, if the bucket is not paused,
 // holds a whole token and (when l bounds concurrency) has a free slot.
@@ -120,7 +126,7 @@ func DecideRate(b RateBucket, l RateLimit, slots RateSlots, now time.Time) RateD
 		wait = max(wait, time.Duration(math.Ceil(secs*float64(time.Second))))
 	}
 	if l.Concurrency > 0 && slots.Active >= l.Concurrency {
-		wait = max(wait, slots.NextExpiry.Sub(now), time.Millisecond)
+		wait = max(wait, min(slots.NextExpiry.Sub(now), rateSlotRecheck), time.Millisecond)
 	}
 	if wait > 0 {
 		return RateDecision{Bucket: b, Wait: max(wait, time.Millisecond)}
@@ -210,8 +216,9 @@ const (
 	// DefaultRateSlotTTL is how long a concurrency slot outlives a process
 	// that died holding it; it must exceed the provider timeout.
 	DefaultRateSlotTTL = 5 * time.Minute
-	// DefaultRatePoll is the longest a waiting unit sleeps before it asks
-	// the bucket again (a slot may be released, a pause lifted).
+	// DefaultRatePoll is how often a waiting unit checks whether its job
+	// was canceled; it asks the bucket again only when the wait it was
+	// given is over.
 	DefaultRatePoll = time.Second
 )
 

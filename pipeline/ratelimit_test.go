@@ -33,7 +33,9 @@ func TestDecideRate(t *testing.T) {
 		{"a clock gone back earns nothing", pipeline.RateBucket{MicroTokens: tok / 2, RefilledAt: t0}, pipeline.RateSlots{}, t0.Add(-time.Minute), false, 500 * time.Millisecond, tok / 2},
 		{"paused", pipeline.RateBucket{MicroTokens: 4 * tok, RefilledAt: t0, PausedUntil: t0.Add(30 * time.Second)}, pipeline.RateSlots{}, t0, false, 30 * time.Second, 4 * tok},
 		{"pause over", pipeline.RateBucket{MicroTokens: 4 * tok, RefilledAt: t0, PausedUntil: t0.Add(30 * time.Second)}, pipeline.RateSlots{}, t0.Add(30 * time.Second), true, 0, 3 * tok},
-		{"slots full waits for the first expiry", full, pipeline.RateSlots{Active: 2, NextExpiry: t0.Add(time.Minute)}, t0, false, time.Minute, 4 * tok},
+		{"slots full: asks again within a second", full, pipeline.RateSlots{Active: 2, NextExpiry: t0.Add(time.Minute)}, t0, false, time.Second, 4 * tok},
+		{"slots full: the first expires sooner", full, pipeline.RateSlots{Active: 2, NextExpiry: t0.Add(300 * time.Millisecond)}, t0, false, 300 * time.Millisecond, 4 * tok},
+		{"slots full and paused longer", pipeline.RateBucket{MicroTokens: 4 * tok, RefilledAt: t0, PausedUntil: t0.Add(time.Minute)}, pipeline.RateSlots{Active: 2, NextExpiry: t0.Add(time.Minute)}, t0, false, time.Minute, 4 * tok},
 		{"one slot free", full, pipeline.RateSlots{Active: 1, NextExpiry: t0.Add(time.Minute)}, t0, true, 0, 3 * tok},
 		{"the longer of pause and refill", pipeline.RateBucket{RefilledAt: t0, PausedUntil: t0.Add(100 * time.Millisecond)}, pipeline.RateSlots{}, t0, false, time.Second, 0},
 	} {

@@ -45,13 +45,25 @@ func (u *unitRun) waitRate(ctx context.Context, provider, op string) (rateSlot, 
 			since = u.d.Clock.Now()
 			u.a.log.Info("rate limit: waiting for a token", "provider", provider, "op", op, "scene", u.unit.Scene, "wait", g.Wait)
 		}
-		if err := sleepCtx(ctx, min(g.Wait, u.d.Rate.Poll)); err != nil {
-			return rateSlot{}, err
-		}
-		if err := checkCancel(ctx, u.d.Store, u.a.job.ID); err != nil {
+		if err := u.sleepRate(ctx, g.Wait); err != nil {
 			return rateSlot{}, err
 		}
 	}
+}
+
+// sleepRate sleeps for d, looking every Poll whether the job was canceled.
+func (u *unitRun) sleepRate(ctx context.Context, d time.Duration) error {
+	for d > 0 {
+		step := min(d, u.d.Rate.Poll)
+		if err := sleepCtx(ctx, step); err != nil {
+			return err
+		}
+		if err := checkCancel(ctx, u.d.Store, u.a.job.ID); err != nil {
+			return err
+		}
+		d -= step
+	}
+	return nil
 }
 
 // release gives the slot back once the call ended (whatever its outcome);

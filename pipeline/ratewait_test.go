@@ -17,10 +17,11 @@ type fakeLimiter struct {
 	released []int64
 	pauses   []pipeline.PauseRateBucketParams
 	refused  chan struct{} // receives on every refusal, if anyone listens
+	wait     time.Duration // of a refusal
 }
 
 func newFakeLimiter() *fakeLimiter {
-	return &fakeLimiter{refused: make(chan struct{})}
+	return &fakeLimiter{refused: make(chan struct{}), wait: 10 * time.Millisecond}
 }
 
 func (f *fakeLimiter) TakeRateToken(_ context.Context, p *pipeline.TakeRateTokenParams) (pipeline.RateGrant, error) {
@@ -35,7 +36,7 @@ func (f *fakeLimiter) TakeRateToken(_ context.Context, p *pipeline.TakeRateToken
 	case f.refused <- struct{}{}:
 	default:
 	}
-	return pipeline.RateGrant{Wait: time.Minute}, nil
+	return pipeline.RateGrant{Wait: f.wait}, nil
 }
 
 func (f *fakeLimiter) ReleaseRateSlot(_ context.Context, p *pipeline.ReleaseRateSlotParams) error {
@@ -131,34 +132,58 @@ func TestRateLimitWaitIsNotAnAttemptNorACall(t *testing.T) {
 	}
 }
 
-// The wait ends with the attempt's context (shutdown, a lost lease): the
-// attempt is interrupted, nothing is recorded and no call row exists.
+// The wait ends with the attempt's context (shutdown, a lost lease: the
+// attempt is interrupted and nothing is recorded) or with the job's
+// cancellation, even in the middle of a long wait; no call row exists.
 func TestRateLimitWaitEndsWithTheAttempt(t *testing.T) {
 	t.Parallel()
-	fl := newFakeLimiter()
-	h := newHarness(t, withLimiter(fl, imageLimit))
-	h.submit("v1-rl-stop", board(img("a lighthouse", "", 600)))
-	ctx := context.Background()
-	cs, _, err := h.store.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 1, LeaseFor: time.Minute})
-	if err != nil || len(cs) != 1 {
-		t.Fatalf("fetch: %v", err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		_, err := h.engine.Run(rctx, cs[0])
-		done <- err
-	}()
-	t.Cleanup(func() { cancel(); <-finished })
-	within(t, fl.refused, "a refused take")
-	cancel()
-	if err := within(t, done, "the interrupted attempt"); err == nil {
-		t.Fatal("an attempt stopped while waiting for a token returned an outcome")
-	}
-	if calls, err := h.store.ProviderCalls(ctx, "v1-rl-stop", -1, ""); err != nil || len(calls) != 0 {
-		t.Fatalf("%d provider_calls rows (%v), want none", len(calls), err)
+	for _, c := range []struct {
+		name   string
+		cancel bool // the job (else the attempt's context)
+	}{{"attempt interrupted", false}, {"job canceled", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			fl := newFakeLimiter()
+			fl.wait = time.Hour
+			h := newHarness(t, withLimiter(fl, imageLimit))
+			h.submit("v1-rl-stop", board(img("a lighthouse", "", 600)))
+			ctx := context.Background()
+			cs, _, err := h.store.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 1, LeaseFor: time.Minute})
+			if err != nil || len(cs) != 1 {
+				t.Fatalf("fetch: %v", err)
+			}
+			rctx, cancel := context.WithCancel(ctx)
+			type result struct {
+				o   pipeline.Outcome
+				err error
+			}
+			done := make(chan result, 1)
+			finished := make(chan struct{})
+			go func() {
+				defer close(finished)
+				o, err := h.engine.Run(rctx, cs[0])
+				done <- result{o, err}
+			}()
+			t.Cleanup(func() { cancel(); <-finished })
+			within(t, fl.refused, "a refused take")
+			if c.cancel {
+				if _, err := h.store.RequestCancel(ctx, "acme", "v1-rl-stop"); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				cancel()
+			}
+			r := within(t, done, "the attempt")
+			switch {
+			case c.cancel && (r.err != nil || r.o.Status != pipeline.StatusCanceled):
+				t.Fatalf("canceled while waiting: %+v, %v; want canceled", r.o, r.err)
+			case !c.cancel && r.err == nil:
+				t.Fatalf("an attempt stopped while waiting for a token returned an outcome: %+v", r.o)
+			}
+			if calls, err := h.store.ProviderCalls(ctx, "v1-rl-stop", -1, ""); err != nil || len(calls) != 0 {
+				t.Fatalf("%d provider_calls rows (%v), want none", len(calls), err)
+			}
+		})
 	}
 }
 
