@@ -230,3 +230,34 @@ func TestRateLimitOtherBucketsNeverAsked(t *testing.T) {
 		t.Fatalf("limiter asked %d/%d/%d times for an unlimited provider", len(fl.takes), len(fl.released), len(fl.pauses))
 	}
 }
+
+// A unit waiting for a token keeps its job's lease: the worker heartbeats
+// through the wait as through any other, so a wait longer than the lease
+// is not mistaken for a dead worker, and the job ends in its one attempt.
+func TestRateLimitWaitKeepsTheLease(t *testing.T) {
+	t.Parallel()
+	fl := newFakeLimiter()
+	h := newHarness(t, withLimiter(fl, imageLimit))
+	h.submit("v1-rl-lease", board(img("a lighthouse", "", 600)))
+	w := newWorker(t, h, 1) // a 3s lease, heartbeats every second
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fl.setOpen(); _ = w.Stop(context.Background()) })
+	within(t, fl.refused, "a refused take")
+	// Five seconds of store time, one a second, while the heartbeat renews
+	// the 3s lease every second: without it the lease would lapse.
+	for range 5 {
+		time.Sleep(time.Second)
+		h.clock.Advance(time.Second)
+	}
+	ctx := context.Background()
+	if cs, _, err := h.store.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "thief", Max: 1, LeaseFor: time.Minute}); err != nil || len(cs) != 0 {
+		t.Fatalf("another worker took the waiting job over (%d claimed, %v): its lease lapsed during the wait", len(cs), err)
+	}
+	fl.setOpen()
+	waitFor(t, "the job settled", func() bool { return h.job("v1-rl-lease").Status.Settled() })
+	if j := h.job("v1-rl-lease"); j.Status != pipeline.StatusSucceeded || j.Attempts != 1 {
+		t.Fatalf("%s after %d attempts; want succeeded in 1", j.Status, j.Attempts)
+	}
+}
