@@ -69,6 +69,34 @@ func withLimiter(s pipeline.RateLimitStore, limits ...pipeline.RateLimit) harnes
 	})
 }
 
+// runResult is how a background attempt ended.
+type runResult struct {
+	o   pipeline.Outcome
+	err error
+}
+
+// startAttempt claims the harness's one job and runs its attempt in the
+// background under a context the returned cancel ends. Should the test
+// fail while the unit waits, the cleanup ends the attempt (and opens fl)
+// before the harness closes the store under it.
+func startAttempt(t *testing.T, h *harness, fl *fakeLimiter) (pipeline.Claimed, context.CancelFunc, <-chan runResult) {
+	t.Helper()
+	cs, _, err := h.store.Fetch(context.Background(), &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 1, LeaseFor: time.Minute})
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("fetch: %d claimed, %v", len(cs), err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan runResult, 1)
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		o, err := h.engine.Run(ctx, cs[0])
+		done <- runResult{o, err}
+	}()
+	t.Cleanup(func() { fl.setOpen(); cancel(); <-finished })
+	return cs[0], cancel, done
+}
+
 // A unit waiting for a token is not an attempt and not a call: no
 // provider_calls row exists and the attempt count stays where the claim
 // put it until the token is granted; then the call is made once and its
@@ -79,24 +107,7 @@ func TestRateLimitWaitIsNotAnAttemptNorACall(t *testing.T) {
 	h := newHarness(t, withLimiter(fl, imageLimit))
 	h.submit("v1-rl", board(img("a lighthouse", "", 600)))
 	ctx := context.Background()
-	cs, _, err := h.store.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 1, LeaseFor: time.Minute})
-	if err != nil || len(cs) != 1 {
-		t.Fatalf("fetch: %v", err)
-	}
-	type result struct {
-		o   pipeline.Outcome
-		err error
-	}
-	done := make(chan result, 1)
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		o, err := h.engine.Run(ctx, cs[0])
-		done <- result{o, err}
-	}()
-	// Should the test fail while the unit waits, let the attempt end before
-	// the harness closes the store under it.
-	t.Cleanup(func() { fl.setOpen(); <-finished })
+	claimed, _, done := startAttempt(t, h, fl)
 	for range 3 { // the unit asks again and again while it waits
 		within(t, fl.refused, "a refused take")
 	}
@@ -112,7 +123,7 @@ func TestRateLimitWaitIsNotAnAttemptNorACall(t *testing.T) {
 	if r.err != nil || r.o.Status != pipeline.StatusSucceeded {
 		t.Fatalf("outcome %+v, %v", r.o, r.err)
 	}
-	if err := h.store.Finish(ctx, cs[0].Lease, r.o); err != nil {
+	if err := h.store.Finish(ctx, claimed.Lease, r.o); err != nil {
 		t.Fatal(err)
 	}
 	calls, err = h.store.ProviderCalls(ctx, "v1-rl", -1, "")
@@ -148,23 +159,7 @@ func TestRateLimitWaitEndsWithTheAttempt(t *testing.T) {
 			h := newHarness(t, withLimiter(fl, imageLimit))
 			h.submit("v1-rl-stop", board(img("a lighthouse", "", 600)))
 			ctx := context.Background()
-			cs, _, err := h.store.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 1, LeaseFor: time.Minute})
-			if err != nil || len(cs) != 1 {
-				t.Fatalf("fetch: %v", err)
-			}
-			rctx, cancel := context.WithCancel(ctx)
-			type result struct {
-				o   pipeline.Outcome
-				err error
-			}
-			done := make(chan result, 1)
-			finished := make(chan struct{})
-			go func() {
-				defer close(finished)
-				o, err := h.engine.Run(rctx, cs[0])
-				done <- result{o, err}
-			}()
-			t.Cleanup(func() { cancel(); <-finished })
+			_, cancel, done := startAttempt(t, h, fl)
 			within(t, fl.refused, "a refused take")
 			if c.cancel {
 				if _, err := h.store.RequestCancel(ctx, "acme", "v1-rl-stop"); err != nil {
