@@ -26,13 +26,17 @@ type paidCall struct {
 	// ctx is what the request and the recording of its outcome run under
 	// (callContext): a paid request is not torn down by a sibling.
 	ctx context.Context
+	// rate is the rate limiter's slot the call holds until done.
+	rate rateSlot
 }
 
 // beginCall is the pre-send protocol, in this order: the contract against
-// the audit trail (mayCall), the before_provider_call failpoint, the
+// the audit trail (mayCall), the before_provider_call failpoint, the wait
+// for the shared rate limit's token (waitRate: not an attempt, no row), the
 // cancellation check, the intent row, the after_provider_intent failpoint,
-// and the last look before sending (stopBeforeSend).
-func (u *unitRun) beginCall(ctx context.Context, op string, contract Contract) (*paidCall, error) {
+// and the last look before sending (stopBeforeSend). The caller ends a
+// returned call with done.
+func (u *unitRun) beginCall(ctx context.Context, op string, contract Contract) (_ *paidCall, err error) {
 	if err := u.mayCall(ctx, op, contract); err != nil {
 		return nil, err
 	}
@@ -43,11 +47,20 @@ func (u *unitRun) beginCall(ctx context.Context, op string, contract Contract) (
 	if err := callFP(ctx, u.d.Failpoint, "before_provider_call"); err != nil {
 		return nil, err
 	}
+	p := u.d.Providers
+	provider := ProviderName(p, op)
+	slot, err := u.waitRate(ctx, provider, op)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			u.releaseRate(ctx, &slot)
+		}
+	}()
 	if err := checkCancel(ctx, u.d.Store, u.a.job.ID); err != nil {
 		return nil, err
 	}
-	p := u.d.Providers
-	provider := ProviderName(p, op)
 	id, err := u.d.Store.RecordIntent(ctx, u.a.lease, ProviderCall{Scene: u.unit.Scene, Op: op, Provider: provider,
 		Model: p.Model(op), Contract: contract, IdempotencyKey: meta.IdempotencyKey})
 	if err != nil {
@@ -59,8 +72,12 @@ func (u *unitRun) beginCall(ctx context.Context, op string, contract Contract) (
 	if err := u.stopBeforeSend(ctx, id, op); err != nil {
 		return nil, err
 	}
-	return &paidCall{u: u, id: id, op: op, provider: provider, contract: contract, meta: meta, ctx: u.callContext(ctx, contract)}, nil
+	return &paidCall{u: u, id: id, op: op, provider: provider, contract: contract, meta: meta, ctx: u.callContext(ctx, contract), rate: slot}, nil
 }
+
+// done gives back the call's rate-limit slot (once; later calls do
+// nothing).
+func (c *paidCall) done() { c.u.releaseRate(c.ctx, &c.rate) }
 
 // send runs the request under the call's context. A panic inside the
 // adapter is recovered into an unknown outcome: the request may have been
@@ -77,8 +94,11 @@ func (c *paidCall) send(fn func(ctx context.Context) error) (err error) {
 	return fn(c.ctx)
 }
 
-// failed records the call's failure and classifies it (callFailed).
+// failed records the call's failure and classifies it (callFailed); a 429
+// also pauses the call's shared bucket (pauseRate).
 func (c *paidCall) failed(err error) error {
+	c.u.pauseRate(c.ctx, c.rate, c.op, err)
+	c.done()
 	return c.u.callFailed(c.ctx, c.id, c.op, c.contract, err)
 }
 

@@ -73,6 +73,9 @@ type EngineConfig struct {
 	VideoTimeout      time.Duration
 	Failpoint         Failpoint
 	Metrics           Metrics
+	// RateLimits are the provider limits every worker shares (none when
+	// it has no Limits).
+	RateLimits RateLimits
 }
 
 // Metrics receives counters (api.Metrics implements it); nil discards.
@@ -128,6 +131,7 @@ func (c *EngineConfig) setDefaults() {
 	if c.Metrics == nil {
 		c.Metrics = nopMetrics{}
 	}
+	c.RateLimits.setDefaults()
 }
 
 // Validate reports missing parts.
@@ -143,6 +147,9 @@ func (c EngineConfig) Validate() error {
 		return errors.New("engine: no renderer")
 	case c.UnitConcurrency < 1:
 		return errors.New("engine: unit concurrency must be at least 1")
+	}
+	if err := c.RateLimits.Validate(); err != nil {
+		return fmt.Errorf("engine: %w", err)
 	}
 	return c.Retry.Validate()
 }
@@ -368,6 +375,7 @@ func (e *Engine) runStages(ctx context.Context, a *attempt) (string, error) {
 		Store: e.cfg.Store, Objects: e.cfg.Objects, Providers: e.cfg.Providers, Clock: e.cfg.Clock,
 		Concurrency: e.cfg.UnitConcurrency, PollInterval: e.cfg.VideoPollInterval, VideoTimeout: e.cfg.VideoTimeout,
 		Failpoint: e.cfg.Failpoint, Metrics: e.cfg.Metrics, SpoolDir: e.cfg.SpoolDir, SpoolPatience: e.cfg.SpoolPatience,
+		Rate: e.cfg.RateLimits,
 	}, a); err != nil {
 		return "", err
 	}

@@ -26,6 +26,8 @@ type ExecuteDeps struct {
 	VideoTimeout time.Duration
 	Failpoint    Failpoint
 	Metrics      Metrics
+	// Rate is the shared rate limiter (no Limits: none).
+	Rate RateLimits
 	// SpoolDir keeps paid provider results until they are stored; it
 	// outlives attempts, so a worker that died between paying and storing
 	// recovers the result on its next attempt instead of paying again.
@@ -209,6 +211,7 @@ func (u *unitRun) syncCall(ctx context.Context, op string) (*answer, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer call.done()
 	w, h := u.a.board.Options.Size()
 	var m Media
 	err = call.send(func(ctx context.Context) (err error) {
@@ -229,6 +232,7 @@ func (u *unitRun) syncCall(ctx context.Context, op string) (*answer, error) {
 	// object store, so that a local failure (a full disk, a store outage)
 	// cannot be mistaken for a broken answer.
 	body, err := readAnswer(m.Body, maxAnswer)
+	call.done() // the exchange is over: keeping the answer needs no slot
 	if err != nil {
 		// The provider answered and then the stream broke: it may well have
 		// billed us for a result we do not have.
@@ -322,6 +326,7 @@ func (u *unitRun) submitVideo(ctx context.Context, contract Contract) (string, i
 	if err != nil {
 		return "", 0, err
 	}
+	defer call.done()
 	w, h := u.a.board.Options.Size()
 	var ext string
 	err = call.send(func(ctx context.Context) (err error) {
@@ -332,6 +337,7 @@ func (u *unitRun) submitVideo(ctx context.Context, contract Contract) (string, i
 	if err != nil {
 		return "", 0, call.failed(err)
 	}
+	call.done()
 	sctx := call.ctx
 	u.d.Metrics.ProviderCall(OpVideoSubmit, CallSucceeded)
 	if err := u.d.Store.FinishCall(context.WithoutCancel(sctx), &FinishCallParams{ID: call.id, Status: CallSucceeded, HTTPStatus: 202, ErrorCode: "", ExternalID: ext}); err != nil {

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -19,6 +20,7 @@ import (
 	"edgepipe/api"
 	"edgepipe/failpoint"
 	"edgepipe/pipeline"
+	"edgepipe/provider"
 	"edgepipe/provider/fake"
 	"edgepipe/render"
 	"edgepipe/routing"
@@ -190,6 +192,7 @@ func (a *App) buildWorker(ctx context.Context, p *Parts, fps *failpoint.Set, wit
 			InfraWindow: a.Cfg.InfraWindow, InfraCap: a.Cfg.InfraCap},
 		UnitConcurrency: a.Cfg.UnitConcurrency,
 		Logger:          a.Log, TempDir: os.TempDir(), SpoolDir: filepath.Join(a.Cfg.DataDir, "spool"), Failpoint: fps.Func(), Metrics: a.Metrics,
+		RateLimits: a.rateLimits(prov),
 	})
 	if err != nil {
 		return err
@@ -226,6 +229,28 @@ func (a *App) buildWorker(ctx context.Context, p *Parts, fps *failpoint.Set, wit
 		return err
 	}
 	return nil
+}
+
+// rateLimits is the engine's shared limiter (EDGEPIPE_RATE_LIMITS) on the
+// job store. A limit naming a provider that does not serve its operation
+// here is kept (another process may route it there) but logged, since a
+// misspelt name would otherwise limit nothing without a word. A slot lives
+// twice the provider timeout, at least pipeline.DefaultRateSlotTTL.
+func (a *App) rateLimits(prov pipeline.Providers) pipeline.RateLimits {
+	if len(a.Cfg.RateLimits) == 0 {
+		return pipeline.RateLimits{}
+	}
+	for _, l := range a.Cfg.RateLimits {
+		if served := pipeline.ProviderName(prov, l.Op); served != l.Provider {
+			a.Log.Warn("rate limit names a provider this process does not use for the operation", "setting", EnvRateLimits,
+				"provider", l.Provider, "op", l.Op, "served_by", served)
+		}
+	}
+	ttl := pipeline.DefaultRateSlotTTL
+	if pc, err := a.Cfg.ProviderSettings(); err == nil {
+		ttl = max(ttl, 2*cmp.Or(pc.Timeout, provider.DefaultTimeout))
+	}
+	return pipeline.RateLimits{Store: a.Store, Limits: a.Cfg.RateLimits, SlotTTL: ttl}
 }
 
 // buildSweeper makes the sweeper and the webhook dispatcher.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"edgepipe/pipeline"
+	"edgepipe/provider"
 	"edgepipe/webhook"
 )
 
@@ -193,3 +194,33 @@ func TestWebhookSecretFileChecks(t *testing.T) {
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// The engine's limiter is the job store with the configured limits; a slot
+// outlives twice the provider timeout; a limit naming a provider that does
+// not serve its operation here is logged. No limits: no limiter at all.
+func TestRateLimitsWiring(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := testConfig(t, dir, map[string]string{EnvRateLimits: "http:image=60/min:4,workers-ai:speech=5/s", "EDGEPIPE_PROVIDER_TIMEOUT": "10m"})
+	var logs bytes.Buffer
+	a, err := Open(t.Context(), cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	prov, err := provider.New(provider.Config{BaseURL: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := a.rateLimits(prov)
+	if r.Store != a.Store || len(r.Limits) != 2 || r.SlotTTL != 20*time.Minute {
+		t.Fatalf("limiter %+v", r)
+	}
+	if !strings.Contains(logs.String(), "provider=workers-ai op=speech served_by=http") || strings.Contains(logs.String(), "op=image") {
+		t.Fatalf("log %q: want a warning for workers-ai:speech only", logs.String())
+	}
+	none := &App{Cfg: testConfig(t, t.TempDir(), nil), Log: discard(), Store: a.Store}
+	if r := none.rateLimits(prov); r.Store != nil || r.Limits != nil {
+		t.Fatalf("no limits configured: %+v", r)
+	}
+}

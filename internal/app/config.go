@@ -66,6 +66,10 @@ func knownSettings() []string {
 	return out
 }
 
+// EnvRateLimits is the shared provider rate limits' setting
+// (pipeline.RateLimitsSyntax).
+const EnvRateLimits = "EDGEPIPE_RATE_LIMITS"
+
 // Config is the whole configuration of a process.
 type Config struct {
 	Addr       string
@@ -114,6 +118,9 @@ type Config struct {
 	// (EDGEPIPE_CF_*, EDGEPIPE_REPLICATE_*); checked by their New.
 	WorkersAI workersai.Config
 	Replicate replicate.Config
+	// RateLimits are the provider limits every worker shares through the
+	// job store (EDGEPIPE_RATE_LIMITS; empty: none).
+	RateLimits []pipeline.RateLimit
 	// ClientURL and ClientToken are the client commands' server and token
 	// (EDGEPIPE_URL, EDGEPIPE_TOKEN).
 	ClientURL, ClientToken string
@@ -198,6 +205,9 @@ func parse(getenv func(string) string) (Config, error) {
 	c.Render = render.Config{FFmpegPath: getenv(render.EnvFFmpeg), FFprobePath: getenv(render.EnvFFprobe), Preset: getenv(render.EnvPreset)}
 	c.ProviderRouting = providerRoutingSettings(getenv)
 	c.WorkersAI, c.Replicate = workersAISettings(getenv), replicateSettings(getenv)
+	if c.RateLimits, err = pipeline.ParseRateLimits(getenv(EnvRateLimits)); err != nil {
+		return c, fmt.Errorf("%s: %w", EnvRateLimits, err)
+	}
 	for _, d := range []struct {
 		name string
 		dst  *time.Duration

@@ -332,3 +332,31 @@ func TestTenantMaxRunningSetting(t *testing.T) {
 		}
 	}
 }
+
+// EDGEPIPE_RATE_LIMITS: empty is no limits; a bad value is one line naming
+// the setting.
+func TestRateLimitSettings(t *testing.T) {
+	t.Parallel()
+	read := func(v string) (Config, error) {
+		env := map[string]string{EnvRateLimits: v}
+		return FromEnv(func(k string) string { return env[k] }, []string{EnvRateLimits + "=" + v})
+	}
+	c, err := read("")
+	if err != nil || c.RateLimits != nil {
+		t.Fatalf("empty: %+v, %v", c.RateLimits, err)
+	}
+	c, err = read("workers-ai:image=60/min:4,replicate:video_submit=10/min:2")
+	want := []pipeline.RateLimit{
+		{Provider: "workers-ai", Op: pipeline.OpImage, Requests: 60, Per: time.Minute, Burst: 60, Concurrency: 4},
+		{Provider: "replicate", Op: pipeline.OpVideoSubmit, Requests: 10, Per: time.Minute, Burst: 10, Concurrency: 2},
+	}
+	if err != nil || len(c.RateLimits) != 2 || c.RateLimits[0] != want[0] || c.RateLimits[1] != want[1] {
+		t.Fatalf("got %+v, %v", c.RateLimits, err)
+	}
+	for _, bad := range []string{"workers-ai:image=60/day", "workers-ai=60/min", "a:image=1/s,a:image=2/s", "a:render=1/s"} {
+		_, err := read(bad)
+		if err == nil || !strings.HasPrefix(err.Error(), EnvRateLimits+": ") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q: %v; want one line naming %s", bad, err, EnvRateLimits)
+		}
+	}
+}

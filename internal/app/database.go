@@ -26,6 +26,7 @@ type JobStore interface {
 	pipeline.SweepLedger
 	pipeline.PresenceStore
 	pipeline.DeadLetterPurger
+	pipeline.RateLimitStore
 	api.Store
 	api.QueueStats
 	check.Store

@@ -10,4 +10,5 @@ var (
 	_ pipeline.PresenceStore    = (*Store)(nil)
 	_ pipeline.SweepLedger      = (*Store)(nil)
 	_ pipeline.DeadLetterPurger = (*Store)(nil)
+	_ pipeline.RateLimitStore   = (*Store)(nil)
 )

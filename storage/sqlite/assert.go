@@ -7,3 +7,5 @@ var (
 	_ pipeline.PresenceStore = (*Store)(nil)
 	_ pipeline.SweepLedger   = (*Store)(nil)
 )
+
+var _ pipeline.RateLimitStore = (*Store)(nil)

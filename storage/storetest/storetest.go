@@ -28,6 +28,7 @@ type JobStore interface {
 	pipeline.SweepLedger
 	pipeline.PresenceStore
 	pipeline.DeadLetterPurger
+	pipeline.RateLimitStore
 	api.Store
 	api.QueueStats
 	check.Store

@@ -102,4 +102,9 @@ var suite = []struct {
 	{"TenantLimitZeroIsUnlimited", testTenantLimitZeroIsUnlimited},
 	{"TenantLimitNotPoison", testTenantLimitNotPoison},
 	{"TenantLimitConcurrentClaims", testTenantLimitConcurrentClaims},
+	{"RateTokensRefill", testRateTokensRefill},
+	{"RateConcurrencySlots", testRateConcurrencySlots},
+	{"RatePauseBlocksEveryone", testRatePauseBlocksEveryone},
+	{"RateBucketSharedByTwoHandles", testRateBucketSharedByTwoHandles},
+	{"RateConcurrentTakersNeverExceedCapacity", testRateConcurrentTakersNeverExceedCapacity},
 }

@@ -62,6 +62,8 @@ var Tables = []string{
 	"dead_letters",
 	"webhook_outbox",
 	"process_bindings",
+	"rate_buckets",
+	"rate_slots",
 }
 
 // Source is a job store that can be read whole (both drivers).

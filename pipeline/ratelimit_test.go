@@ -1,0 +1,87 @@
+package pipeline_test
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"edgepipe/pipeline"
+)
+
+// DecideRate is the one token-bucket arithmetic both drivers use.
+func TestDecideRate(t *testing.T) {
+	t.Parallel()
+	l := pipeline.RateLimit{Provider: "p", Op: pipeline.OpImage, Requests: 60, Per: time.Minute, Burst: 4, Concurrency: 2}
+	const tok = 1_000_000
+	full := pipeline.NewRateBucket(l, t0)
+	empty := pipeline.RateBucket{MicroTokens: 0, RefilledAt: t0}
+	for _, c := range []struct {
+		name    string
+		b       pipeline.RateBucket
+		slots   pipeline.RateSlots
+		now     time.Time
+		granted bool
+		wait    time.Duration
+		tokens  int64
+	}{
+		{"full bucket grants", full, pipeline.RateSlots{}, t0, true, 0, 3 * tok},
+		{"empty bucket waits a token's refill", empty, pipeline.RateSlots{}, t0, false, time.Second, 0},
+		{"refill by elapsed time", empty, pipeline.RateSlots{}, t0.Add(2500 * time.Millisecond), true, 0, 1500_000},
+		{"refill stops at the burst", empty, pipeline.RateSlots{}, t0.Add(time.Hour), true, 0, 3 * tok},
+		{"a stored excess is cut to the burst", pipeline.RateBucket{MicroTokens: 9 * tok, RefilledAt: t0}, pipeline.RateSlots{}, t0, true, 0, 3 * tok},
+		{"a clock gone back earns nothing", pipeline.RateBucket{MicroTokens: tok / 2, RefilledAt: t0}, pipeline.RateSlots{}, t0.Add(-time.Minute), false, 500 * time.Millisecond, tok / 2},
+		{"paused", pipeline.RateBucket{MicroTokens: 4 * tok, RefilledAt: t0, PausedUntil: t0.Add(30 * time.Second)}, pipeline.RateSlots{}, t0, false, 30 * time.Second, 4 * tok},
+		{"pause over", pipeline.RateBucket{MicroTokens: 4 * tok, RefilledAt: t0, PausedUntil: t0.Add(30 * time.Second)}, pipeline.RateSlots{}, t0.Add(30 * time.Second), true, 0, 3 * tok},
+		{"slots full: asks again within a second", full, pipeline.RateSlots{Active: 2, NextExpiry: t0.Add(time.Minute)}, t0, false, time.Second, 4 * tok},
+		{"slots full: the first expires sooner", full, pipeline.RateSlots{Active: 2, NextExpiry: t0.Add(300 * time.Millisecond)}, t0, false, 300 * time.Millisecond, 4 * tok},
+		{"slots full and paused longer", pipeline.RateBucket{MicroTokens: 4 * tok, RefilledAt: t0, PausedUntil: t0.Add(time.Minute)}, pipeline.RateSlots{Active: 2, NextExpiry: t0.Add(time.Minute)}, t0, false, time.Minute, 4 * tok},
+		{"one slot free", full, pipeline.RateSlots{Active: 1, NextExpiry: t0.Add(time.Minute)}, t0, true, 0, 3 * tok},
+		{"the longer of pause and refill", pipeline.RateBucket{RefilledAt: t0, PausedUntil: t0.Add(100 * time.Millisecond)}, pipeline.RateSlots{}, t0, false, time.Second, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			d := pipeline.DecideRate(c.b, l, c.slots, c.now)
+			if d.Granted != c.granted || d.Wait != c.wait || d.Bucket.MicroTokens != c.tokens {
+				t.Fatalf("granted %v wait %s tokens %d; want %v %s %d", d.Granted, d.Wait, d.Bucket.MicroTokens, c.granted, c.wait, c.tokens)
+			}
+			if d.Bucket.PausedUntil != c.b.PausedUntil {
+				t.Fatalf("the decision moved the pause to %s", d.Bucket.PausedUntil)
+			}
+		})
+	}
+}
+
+func TestRateBucketPauseUntilKeepsTheLater(t *testing.T) {
+	t.Parallel()
+	b := pipeline.RateBucket{}.PauseUntil(t0.Add(time.Minute)).PauseUntil(t0.Add(time.Second))
+	if !b.PausedUntil.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("paused until %s, want the later pause", b.PausedUntil)
+	}
+}
+
+func TestParseRateLimits(t *testing.T) {
+	t.Parallel()
+	got, err := pipeline.ParseRateLimits(" workers-ai:image=60/min:4, replicate:video_submit=10/min:2:3,http:speech=5/s,x:image=2/h:0 ")
+	want := []pipeline.RateLimit{
+		{Provider: "workers-ai", Op: "image", Requests: 60, Per: time.Minute, Burst: 60, Concurrency: 4},
+		{Provider: "replicate", Op: "video_submit", Requests: 10, Per: time.Minute, Burst: 3, Concurrency: 2},
+		{Provider: "http", Op: "speech", Requests: 5, Per: time.Second, Burst: 5},
+		{Provider: "x", Op: "image", Requests: 2, Per: time.Hour, Burst: 2},
+	}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v, %v", got, err)
+	}
+	if got, err := pipeline.ParseRateLimits("  "); err != nil || got != nil {
+		t.Fatalf("empty: %v, %v", got, err)
+	}
+	for _, bad := range []string{
+		"workers-ai:image", "workers-ai=60/min", ":image=60/min", "p:render=1/s", "p:image=0/min", "p:image=60/day",
+		"p:image=60", "p:image=x/min", "p:image=60/min:-1", "p:image=60/min:2:0", "p:image=60/min:1:2:3",
+		"p:image=60/min,p:image=30/min", "p:image=60/min,",
+	} {
+		if _, err := pipeline.ParseRateLimits(bad); !errors.Is(err, pipeline.ErrInvalidInput) {
+			t.Errorf("%q: %v, want ErrInvalidInput", bad, err)
+		}
+	}
+}
