@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
 	"strconv"
 	"time"
 
@@ -22,7 +21,7 @@ billed calls per operation, unit and idempotency key.
 Faults (also EDGEPIPE_FAKE_FAULTS for the in-process fake):
 `+fake.FaultsHelp)
 	addr := fs.String("addr", "127.0.0.1:9090", "listen address")
-	faults := fs.String("faults", os.Getenv(fake.EnvFaults), "fault injection SPEC (see above)")
+	faults := fs.String("faults", "", "fault injection SPEC (see above); empty keeps "+fake.EnvFaults)
 	seed := fs.Uint64("seed", 0, "seed of the fault generator (0 = random, logged)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -35,8 +34,10 @@ Faults (also EDGEPIPE_FAKE_FAULTS for the in-process fake):
 	if err != nil {
 		return err
 	}
-	if cfg.Faults, err = fake.ParseFaults(*faults); err != nil {
-		return err
+	if *faults != "" {
+		if cfg.Faults, err = fake.ParseFaults(*faults); err != nil {
+			return err
+		}
 	}
 	if *seed != 0 {
 		cfg.Seed = *seed

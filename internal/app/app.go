@@ -363,6 +363,15 @@ func (a *App) webhookSecret() (string, error) {
 // grace period ends (then release them), stop the sweeper and dispatcher.
 func (p *Parts) Run(ctx context.Context, log *slog.Logger, grace time.Duration) error {
 	bg := context.WithoutCancel(ctx)
+	// The services start before the API serves, so a start-up failure
+	// leaves nothing running: StartAll stops what it started, and the
+	// listener the API would have served is closed.
+	if err := pipeline.StartAll(bg, p.services()...); err != nil {
+		if p.Listener != nil {
+			_ = p.Listener.Close()
+		}
+		return err
+	}
 	errc := make(chan error, 1)
 	if p.HTTP != nil {
 		go func() {
@@ -370,9 +379,6 @@ func (p *Parts) Run(ctx context.Context, log *slog.Logger, grace time.Duration) 
 				errc <- err
 			}
 		}()
-	}
-	if err := pipeline.StartAll(bg, p.services()...); err != nil {
-		return err
 	}
 	var runErr error
 	select {

@@ -3,8 +3,10 @@ package app
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -222,5 +224,46 @@ func TestRateLimitsWiring(t *testing.T) {
 	none := &App{Cfg: testConfig(t, t.TempDir(), nil), Log: discard(), Store: a.Store}
 	if r := none.rateLimits(prov); r.Store != nil || r.Limits != nil {
 		t.Fatalf("no limits configured: %+v", r)
+	}
+}
+
+// failingStart is a service that cannot start.
+type failingStart struct{}
+
+func (failingStart) Start(context.Context) error { return errors.New("cannot start") }
+func (failingStart) Stop(context.Context) error  { return nil }
+
+// A service that fails to start stops Run before the API serves: the
+// error comes back and the listener is closed, so nothing is left
+// answering on the address.
+func TestRunStartFailureLeavesNothingServing(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{}, 1)
+	p := &Parts{Hints: failingStart{}, Listener: l, HTTP: &http.Server{
+		Handler:           http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served <- struct{}{} }),
+		ReadHeaderTimeout: time.Second,
+	}}
+	done := make(chan error, 1)
+	go func() { done <- p.Run(context.Background(), slog.New(slog.DiscardHandler), time.Second) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "cannot start") {
+			t.Fatalf("Run = %v, want the start error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run kept running after a service failed to start")
+	}
+	if c, err := net.DialTimeout("tcp", l.Addr().String(), time.Second); err == nil {
+		c.Close()
+		t.Fatal("the API's address still accepts connections after a failed start")
+	}
+	select {
+	case <-served:
+		t.Fatal("a request was served")
+	default:
 	}
 }
