@@ -169,7 +169,7 @@ func (s *Server) adminDecide(c echo.Context) error {
 	if id == "" || len(id) > maxJobKeyLen {
 		return pipeline.ErrNotFound
 	}
-	j, err := s.cfg.Store.DecideWithReason(c.Request().Context(), id, d, operatorOf(c), body.Reason)
+	j, err := s.cfg.Store.Decide(c.Request().Context(), &pipeline.DecideParams{JobID: id, Decision: d, Operator: operatorOf(c), Reason: body.Reason})
 	if err != nil {
 		return err
 	}
@@ -255,7 +255,7 @@ func (s *Server) adminRedrive(c echo.Context) error {
 		return problem(http.StatusConflict, "version_unbound",
 			"the job's workflow version is not bound in this deployment (EDGEPIPE_BINDINGS); bind it, then redrive")
 	}
-	j, err := s.cfg.Store.Redrive(ctx, id, route.Queue, operatorOf(c))
+	j, err := s.cfg.Store.Redrive(ctx, &pipeline.RedriveParams{DeadLetterID: id, Queue: route.Queue, Operator: operatorOf(c)})
 	if err != nil {
 		return err
 	}

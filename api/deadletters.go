@@ -69,7 +69,7 @@ func (s *Server) adminDiscard(c echo.Context) error {
 	if d.Settled() {
 		return settledProblem(d)
 	}
-	d, err = s.cfg.Store.DiscardDeadLetter(ctx, id, operatorOf(c), body.Reason)
+	d, err = s.cfg.Store.DiscardDeadLetter(ctx, &pipeline.DiscardDeadLetterParams{DeadLetterID: id, Operator: operatorOf(c), Reason: body.Reason})
 	if err != nil {
 		return err
 	}
@@ -260,7 +260,7 @@ func (s *Server) adminBulk(c echo.Context, discard bool) error {
 		case discard && req.DryRun:
 			it.Outcome = outcomeWouldDiscard
 		case discard:
-			if _, err = s.cfg.Store.DiscardDeadLetter(ctx, d.ID, op, req.Reason); err == nil {
+			if _, err = s.cfg.Store.DiscardDeadLetter(ctx, &pipeline.DiscardDeadLetterParams{DeadLetterID: d.ID, Operator: op, Reason: req.Reason}); err == nil {
 				it.Outcome = outcomeDiscarded
 			}
 		default:
@@ -271,7 +271,7 @@ func (s *Server) adminBulk(c echo.Context, discard bool) error {
 			case req.DryRun:
 				it.Outcome = outcomeWouldRedrive
 			default:
-				if _, err = s.cfg.Store.Redrive(ctx, d.ID, route.Queue, op); err == nil {
+				if _, err = s.cfg.Store.Redrive(ctx, &pipeline.RedriveParams{DeadLetterID: d.ID, Queue: route.Queue, Operator: op}); err == nil {
 					it.Outcome = outcomeRedriven
 				}
 			}

@@ -221,7 +221,7 @@ func TestEventsOfSettledJob(t *testing.T) {
 		t.Fatalf("Last-Event-ID and after: %+v", got)
 	}
 	// An operator's decision moves it again; reconnecting follows on.
-	if _, err := e.store.Decide(context.Background(), ak(j.ID), pipeline.DecisionFail, "op"); err != nil {
+	if _, err := e.store.Decide(context.Background(), &pipeline.DecideParams{JobID: ak(j.ID), Decision: pipeline.DecisionFail, Operator: "op"}); err != nil {
 		t.Fatal(err)
 	}
 	got := openStream(t, ts.URL, j.ID, strconv.FormatInt(all[2].ID, 10), "").rest(t)

@@ -35,13 +35,13 @@ type Store interface {
 	// provider calls, assets and open object claims, for GET /admin/jobs/{id}.
 	JobStory(ctx context.Context, p *pipeline.JobStoryParams) (pipeline.JobStory, error)
 
-	DecideWithReason(ctx context.Context, id string, d pipeline.ReviewDecision, operator, reason string) (pipeline.Job, error)
+	Decide(ctx context.Context, p *pipeline.DecideParams) (pipeline.Job, error)
 	RecentDecisions(ctx context.Context, limit int) ([]pipeline.Job, error)
 	ListDeadLetters(ctx context.Context, includeSettled bool, afterID int64, limit int) ([]pipeline.DeadLetter, error)
 	FindDeadLetters(ctx context.Context, f pipeline.DeadLetterFilter, limit int) ([]pipeline.DeadLetter, bool, error)
 	GetDeadLetter(ctx context.Context, id int64) (pipeline.DeadLetter, error)
-	Redrive(ctx context.Context, deadLetterID int64, queue, operator string) (pipeline.Job, error)
-	DiscardDeadLetter(ctx context.Context, deadLetterID int64, operator, reason string) (pipeline.DeadLetter, error)
+	Redrive(ctx context.Context, p *pipeline.RedriveParams) (pipeline.Job, error)
+	DiscardDeadLetter(ctx context.Context, p *pipeline.DiscardDeadLetterParams) (pipeline.DeadLetter, error)
 
 	CountByStatus(ctx context.Context) (map[pipeline.Status]int, error)
 	CountDeadLetters(ctx context.Context) (map[string]int, error)

@@ -46,11 +46,11 @@ func (f *failingStore) RequestCancel(ctx context.Context, tenant, id string) (pi
 	return f.Store.RequestCancel(ctx, tenant, id)
 }
 
-func (f *failingStore) DecideWithReason(ctx context.Context, id string, d pipeline.ReviewDecision, op, reason string) (pipeline.Job, error) {
+func (f *failingStore) Decide(ctx context.Context, p *pipeline.DecideParams) (pipeline.Job, error) {
 	if f.err != nil {
 		return pipeline.Job{}, f.err
 	}
-	return f.Store.DecideWithReason(ctx, id, d, op, reason)
+	return f.Store.Decide(ctx, p)
 }
 
 func (f *failingStore) ListDeadLetters(ctx context.Context, incl bool, after int64, limit int) ([]pipeline.DeadLetter, error) {

@@ -107,7 +107,7 @@ func TestOrphanStagedAnswerSurvivesSweepOfResumableJob(t *testing.T) {
 	if err != nil || len(dls) != 1 {
 		t.Fatalf("dead letters %+v %v", dls, err)
 	}
-	if _, err := h.store.Redrive(ctx, dls[0].ID, "render-v1", "op"); err != nil {
+	if _, err := h.store.Redrive(ctx, &pipeline.RedriveParams{DeadLetterID: dls[0].ID, Queue: "render-v1", Operator: "op"}); err != nil {
 		t.Fatal(err)
 	}
 	h.drain(5)

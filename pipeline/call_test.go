@@ -61,7 +61,7 @@ func TestOperatorRetrySubmitsFailedVideoOnceMore(t *testing.T) {
 	if j.Status != pipeline.StatusNeedsReview || j.LastErrorCode != "provider_job_failed" {
 		t.Fatalf("job %s (%s), want needs_review provider_job_failed", j.Status, j.LastErrorCode)
 	}
-	if _, err := h.store.Decide(ctx, id, pipeline.DecisionRetry, "alice"); err != nil {
+	if _, err := h.store.Decide(ctx, &pipeline.DecideParams{JobID: id, Decision: pipeline.DecisionRetry, Operator: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	calls, err := h.store.ProviderCalls(ctx, id, 0, pipeline.OpVideoSubmit)
@@ -275,7 +275,7 @@ func TestExpiredVideoOutputGoesToReview(t *testing.T) {
 	if j := h.job(id); j.Status != pipeline.StatusNeedsReview || j.LastErrorCode != "provider_output_expired" {
 		t.Fatalf("job %s (%s), want needs_review provider_output_expired", j.Status, j.LastErrorCode)
 	}
-	if _, err := h.store.Decide(context.Background(), id, pipeline.DecisionRetry, "op"); err != nil {
+	if _, err := h.store.Decide(context.Background(), &pipeline.DecideParams{JobID: id, Decision: pipeline.DecisionRetry, Operator: "op"}); err != nil {
 		t.Fatal(err)
 	}
 	h.drain(5)

@@ -333,7 +333,7 @@ func TestAmbiguousFailureNeedsReview(t *testing.T) {
 	}
 	// An operator retries: that waives the unknown call, so the engine may
 	// pay for the speech once more, and the job finishes.
-	if _, err := h.store.Decide(context.Background(), "v1-amb", pipeline.DecisionRetry, "op"); err != nil {
+	if _, err := h.store.Decide(context.Background(), &pipeline.DecideParams{JobID: "v1-amb", Decision: pipeline.DecisionRetry, Operator: "op"}); err != nil {
 		t.Fatal(err)
 	}
 	h.fake.SetFaults(fake.Faults{})
@@ -547,7 +547,7 @@ func TestOperatorRetryWaivesAnsweredButLostCall(t *testing.T) {
 	if j.Status != pipeline.StatusNeedsReview || j.LastErrorCode != "provider_outcome_unknown" {
 		t.Fatalf("job %s (%s), want needs_review provider_outcome_unknown", j.Status, j.LastErrorCode)
 	}
-	if _, err := h.store.Decide(ctx, "v1-lost", pipeline.DecisionRetry, "op"); err != nil {
+	if _, err := h.store.Decide(ctx, &pipeline.DecideParams{JobID: "v1-lost", Decision: pipeline.DecisionRetry, Operator: "op"}); err != nil {
 		t.Fatal(err)
 	}
 	h.drain(5)
@@ -666,7 +666,7 @@ func TestRetryDoesNotWaiveStagedAnswer(t *testing.T) {
 		ErrorClass: pipeline.ClassAmbiguous, ErrorCode: "provider_outcome_unknown"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.store.Decide(ctx, "v1-waivedspool", pipeline.DecisionRetry, "op"); err != nil {
+	if _, err := h.store.Decide(ctx, &pipeline.DecideParams{JobID: "v1-waivedspool", Decision: pipeline.DecisionRetry, Operator: "op"}); err != nil {
 		t.Fatal(err)
 	}
 	if calls, err := h.store.ProviderCalls(ctx, "v1-waivedspool", 0, pipeline.OpSpeech); err != nil || len(calls) != 1 || calls[0].Status != pipeline.CallSucceeded {

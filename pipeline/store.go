@@ -244,6 +244,31 @@ type StagedAnswersParams struct {
 	Limit         int // default 1000
 }
 
+// DecideParams are a job store's Decide: an operator's decision on job
+// JobID in needs_review (retry or fail), recorded with who and why.
+type DecideParams struct {
+	JobID    string
+	Decision ReviewDecision
+	Operator string
+	Reason   string // optional, at most 1000 bytes (CheckDecisionReason)
+}
+
+// RedriveParams are a job store's Redrive: send the job of dead letter
+// DeadLetterID back to Queue (its own version's), recorded as Operator's.
+type RedriveParams struct {
+	DeadLetterID int64
+	Queue        string
+	Operator     string
+}
+
+// DiscardDeadLetterParams are a job store's DiscardDeadLetter: settle dead
+// letter DeadLetterID without redriving it, recorded with who and why.
+type DiscardDeadLetterParams struct {
+	DeadLetterID int64
+	Operator     string
+	Reason       string // required (CheckDiscardReason)
+}
+
 // MayHaveBilled reports whether the call may have been processed (and paid
 // for) by the provider.
 func (c ProviderCall) MayHaveBilled() bool {

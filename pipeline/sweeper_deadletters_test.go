@@ -38,10 +38,10 @@ func TestSweeperPurgesSettledDeadLetters(t *testing.T) {
 	if err != nil || len(dls) != 3 {
 		t.Fatalf("%+v %v", dls, err)
 	}
-	if _, err := st.DiscardDeadLetter(ctx, dls[0].ID, "op", "not wanted"); err != nil {
+	if _, err := st.DiscardDeadLetter(ctx, &pipeline.DiscardDeadLetterParams{DeadLetterID: dls[0].ID, Operator: "op", Reason: "not wanted"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Redrive(ctx, dls[1].ID, "render-v2", "op"); err != nil {
+	if _, err := st.Redrive(ctx, &pipeline.RedriveParams{DeadLetterID: dls[1].ID, Queue: "render-v2", Operator: "op"}); err != nil {
 		t.Fatal(err)
 	}
 	sweep := func(dry bool, retention time.Duration) int {

@@ -38,6 +38,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"edgepipe/internal/groupcommit"
 	"edgepipe/internal/sqlmigrate"
 	"edgepipe/pipeline"
 )
@@ -99,7 +100,7 @@ func (c Config) Validate() error {
 type Store struct {
 	cfg       Config
 	pool      *pgxpool.Pool
-	group     committer
+	group     *groupcommit.Committer
 	closeOnce sync.Once
 	clock     pipeline.Clock
 	log       *slog.Logger
@@ -129,16 +130,23 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
+	s.group = groupcommit.New(s.commitGroup, errClosed)
+	// The committer outlives Open's ctx: it runs until Close.
+	if err := s.group.Start(context.WithoutCancel(ctx)); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
 // Pool is the connection pool (the Notifier and tests share it).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// Close stops the group committer and closes the pool.
+// Close stops the group committer (its last group is committed first) and
+// closes the pool.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.closeGroupSafe()
+		_ = s.group.Stop(context.Background()) // waits for its commit; cannot fail without a deadline
 		s.pool.Close()
 	})
 	return nil

@@ -110,7 +110,8 @@ func lockDeadLetter(ctx context.Context, tx pgx.Tx, id int64) (pipeline.DeadLett
 
 // Redrive sends a dead-lettered job back to queue (its own version's)
 // exactly once, in one transaction; see storage/sqlite's Redrive.
-func (s *Store) Redrive(ctx context.Context, deadLetterID int64, queue, operator string) (pipeline.Job, error) {
+func (s *Store) Redrive(ctx context.Context, p *pipeline.RedriveParams) (pipeline.Job, error) {
+	deadLetterID, queue, operator := p.DeadLetterID, p.Queue, p.Operator
 	if queue == "" {
 		return pipeline.Job{}, fmt.Errorf("%w: redrive needs a queue", pipeline.ErrInvalidInput)
 	}
@@ -160,7 +161,8 @@ func (s *Store) Redrive(ctx context.Context, deadLetterID int64, queue, operator
 
 // DiscardDeadLetter settles a dead letter without redriving it; see
 // storage/sqlite's DiscardDeadLetter.
-func (s *Store) DiscardDeadLetter(ctx context.Context, deadLetterID int64, operator, reason string) (pipeline.DeadLetter, error) {
+func (s *Store) DiscardDeadLetter(ctx context.Context, p *pipeline.DiscardDeadLetterParams) (pipeline.DeadLetter, error) {
+	deadLetterID, operator, reason := p.DeadLetterID, p.Operator, p.Reason
 	if err := pipeline.CheckDiscardReason(reason); err != nil {
 		return pipeline.DeadLetter{}, err
 	}

@@ -3,14 +3,15 @@ package postgres
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 
+	"edgepipe/internal/groupcommit"
 	"edgepipe/pipeline"
 )
 
-// Group commit for submissions, as in storage/sqlite: every CreateJob must be
+// Group commit for submissions, as in storage/sqlite (internal/groupcommit
+// runs the loop; commitGroup writes a group): every CreateJob must be
 // durable before it returns, and a commit (and a round trip) is the
 // expensive part, so concurrent submissions share one transaction. The
 // group's inserts go out as one pgx batch — pipelined, one round trip for
@@ -19,85 +20,11 @@ import (
 // by a constraint (a taken job id) is run again one request per
 // transaction, and each request gets its own answer.
 
-const maxGroup = 256
-
-type createReq struct {
-	ctx  context.Context
-	nj   pipeline.NewJob
-	resp chan createResp
-}
-
-type createResp struct {
-	job     pipeline.Job
-	created bool
-	err     error
-}
-
-type committer struct {
-	once sync.Once
-	reqs chan createReq
-	stop chan struct{}
-	done chan struct{}
-}
-
-func (s *Store) submitGrouped(ctx context.Context, nj pipeline.NewJob) (pipeline.Job, bool, error) {
-	s.group.once.Do(func() {
-		s.group.reqs = make(chan createReq, maxGroup)
-		s.group.stop = make(chan struct{})
-		s.group.done = make(chan struct{})
-		go s.groupLoop()
-	})
-	r := createReq{ctx: ctx, nj: nj, resp: make(chan createResp, 1)}
-	select {
-	case s.group.reqs <- r:
-	case <-ctx.Done():
-		return pipeline.Job{}, false, ctx.Err()
-	case <-s.group.stop:
-		return pipeline.Job{}, false, errClosed
-	}
-	// Once queued the request is committed or refused by the loop; waiting
-	// for the answer even if ctx ends keeps "answered" equal to "decided".
-	select {
-	case res := <-r.resp:
-		return res.job, res.created, res.err
-	case <-s.group.done:
-		select {
-		case res := <-r.resp:
-			return res.job, res.created, res.err
-		default:
-			return pipeline.Job{}, false, errClosed
-		}
-	}
-}
-
-func (s *Store) groupLoop() {
-	defer close(s.group.done)
-	batch := make([]createReq, 0, maxGroup)
-	for {
-		select {
-		case <-s.group.stop:
-			return
-		case r := <-s.group.reqs:
-			batch = append(batch[:0], r)
-		}
-	fill:
-		for len(batch) < maxGroup {
-			select {
-			case r := <-s.group.reqs:
-				batch = append(batch, r)
-			default:
-				break fill
-			}
-		}
-		s.commitGroup(batch)
-	}
-}
-
-func (s *Store) commitGroup(batch []createReq) {
+func (s *Store) commitGroup(batch []groupcommit.Request) {
 	live := batch[:0:0]
 	for _, r := range batch {
-		if err := r.ctx.Err(); err != nil {
-			r.resp <- createResp{err: err}
+		if err := r.Ctx.Err(); err != nil {
+			r.Resp <- groupcommit.Response{Err: err}
 			continue
 		}
 		live = append(live, r)
@@ -105,7 +32,7 @@ func (s *Store) commitGroup(batch []createReq) {
 	if len(live) == 0 {
 		return
 	}
-	res := make([]createResp, len(live))
+	res := make([]groupcommit.Response, len(live))
 	// The shared transaction must not run under one caller's ctx.
 	err := s.inTx(context.Background(), func(tx pgx.Tx) error {
 		return s.createGroupTx(tx, live, res)
@@ -118,46 +45,46 @@ func (s *Store) commitGroup(batch []createReq) {
 			var created bool
 			err := s.inTx(context.Background(), func(tx pgx.Tx) error {
 				var err error
-				job, created, err = s.createJobTx(context.Background(), tx, s.now(), r.nj)
+				job, created, err = s.createJobTx(context.Background(), tx, s.now(), r.Job)
 				return err
 			})
-			res[i] = createResp{job: job, created: created, err: err}
+			res[i] = groupcommit.Response{Job: job, Created: created, Err: err}
 		}
 		err = nil
 	}
 	for i, r := range live {
 		if err != nil {
-			res[i] = createResp{err: err}
+			res[i] = groupcommit.Response{Err: err}
 		}
-		r.resp <- res[i]
+		r.Resp <- res[i]
 	}
 }
 
 // createGroupTx inserts a group: queued jobs in one pipelined batch, then
 // the rare dead-lettered ones and the replays one by one.
-func (s *Store) createGroupTx(tx pgx.Tx, live []createReq, res []createResp) error {
+func (s *Store) createGroupTx(tx pgx.Tx, live []groupcommit.Request, res []groupcommit.Response) error {
 	ctx := context.Background()
 	now := s.now()
 	b := &pgx.Batch{}
 	var queued []int
 	for i, r := range live {
-		res[i] = createResp{}
-		if r.nj.DeadLetterReason != "" {
+		res[i] = groupcommit.Response{}
+		if r.Job.DeadLetterReason != "" {
 			continue
 		}
-		nj := r.nj
+		nj := r.Job
 		if len(nj.Input) == 0 {
 			nj.Input = []byte("{}")
-			live[i].nj = nj
+			live[i].Job = nj
 		}
 		b.Queue(qCreateQueued, queuedArgs(nj, now)...)
 		queued = append(queued, i)
 	}
 	queues := map[string]bool{}
 	for _, i := range queued {
-		if !queues[live[i].nj.Queue] {
-			queues[live[i].nj.Queue] = true
-			b.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, live[i].nj.Queue)
+		if !queues[live[i].Job.Queue] {
+			queues[live[i].Job.Queue] = true
+			b.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, live[i].Job.Queue)
 		}
 	}
 	if len(queued) > 0 {
@@ -184,47 +111,25 @@ func (s *Store) createGroupTx(tx pgx.Tx, live []createReq, res []createResp) err
 		}
 		for k, i := range queued {
 			if inserted[k] == 1 {
-				res[i] = createResp{job: builtJob(live[i].nj, now), created: true}
+				res[i] = groupcommit.Response{Job: builtJob(live[i].Job, now), Created: true}
 				continue
 			}
-			job, created, err := notInserted(ctx, tx, live[i].nj)
+			job, created, err := notInserted(ctx, tx, live[i].Job)
 			if err != nil && !errors.Is(err, pipeline.ErrIdempotencyReused) && !errors.Is(err, pipeline.ErrAlreadyExists) {
 				return err
 			}
-			res[i] = createResp{job: job, created: created, err: err}
+			res[i] = groupcommit.Response{Job: job, Created: created, Err: err}
 		}
 	}
 	for i, r := range live {
-		if r.nj.DeadLetterReason == "" {
+		if r.Job.DeadLetterReason == "" {
 			continue
 		}
-		job, created, err := s.createJobTx(ctx, tx, now, r.nj)
+		job, created, err := s.createJobTx(ctx, tx, now, r.Job)
 		if err != nil && !errors.Is(err, pipeline.ErrIdempotencyReused) {
 			return err
 		}
-		res[i] = createResp{job: job, created: created, err: err}
+		res[i] = groupcommit.Response{Job: job, Created: created, Err: err}
 	}
 	return nil
-}
-
-func (s *Store) closeGroupSafe() {
-	started := true
-	s.group.once.Do(func() {
-		started = false
-		s.group.reqs, s.group.stop = make(chan createReq), make(chan struct{})
-		close(s.group.stop)
-	})
-	if !started {
-		return
-	}
-	close(s.group.stop)
-	<-s.group.done
-	for {
-		select {
-		case r := <-s.group.reqs:
-			r.resp <- createResp{err: errClosed}
-		default:
-			return
-		}
-	}
 }

@@ -78,7 +78,7 @@ func (s *Store) CreateJob(ctx context.Context, nj pipeline.NewJob) (job pipeline
 	if err := validateNewJob(nj); err != nil {
 		return pipeline.Job{}, false, err
 	}
-	return s.submitGrouped(ctx, nj)
+	return s.group.Submit(ctx, nj)
 }
 
 // CreateJobs inserts many jobs in one transaction (bulk submission and

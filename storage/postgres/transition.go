@@ -153,16 +153,12 @@ func (s *Store) CancelRequested(ctx context.Context, jobID string) (bool, error)
 	return at != nil, nil
 }
 
-// Decide applies an operator's decision without a reason.
-func (s *Store) Decide(ctx context.Context, jobID string, d pipeline.ReviewDecision, operator string) (pipeline.Job, error) {
-	return s.DecideWithReason(ctx, jobID, d, operator, "")
-}
-
-// DecideWithReason applies an operator's decision to a job in needs_review
-// and records it (what, who, why, when): retry puts it back on its queue
+// Decide applies an operator's decision to a job in needs_review and
+// records it (what, who, why, when): retry puts it back on its queue
 // (pending) and waives the calls the operator agrees to pay again for, fail
 // ends it (failed).
-func (s *Store) DecideWithReason(ctx context.Context, jobID string, d pipeline.ReviewDecision, operator, reason string) (pipeline.Job, error) {
+func (s *Store) Decide(ctx context.Context, p *pipeline.DecideParams) (pipeline.Job, error) {
+	jobID, d, operator, reason := p.JobID, p.Decision, p.Operator, p.Reason
 	if err := pipeline.CheckDecisionReason(reason); err != nil {
 		return pipeline.Job{}, err
 	}

@@ -24,6 +24,7 @@ import (
 
 	sqlite3 "github.com/mattn/go-sqlite3"
 
+	"edgepipe/internal/groupcommit"
 	"edgepipe/internal/sqlmigrate"
 	"edgepipe/pipeline"
 )
@@ -96,7 +97,7 @@ type Store struct {
 	cfg   Config
 	write *sql.DB // exactly one connection
 	stmts stmtCache
-	group *committer
+	group *groupcommit.Committer
 	read  *sql.DB
 	clock pipeline.Clock
 	log   *slog.Logger
@@ -146,7 +147,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	read.SetMaxOpenConns(cfg.ReadConns)
 	read.SetMaxIdleConns(cfg.ReadConns)
 	s.read = read
-	s.group = newCommitter(s.commitGroup)
+	s.group = groupcommit.New(s.commitGroup, errClosed)
 	// The committer outlives Open's ctx: it runs until Close.
 	if err := s.group.Start(context.WithoutCancel(ctx)); err != nil {
 		return nil, errors.Join(err, read.Close(), write.Close())

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,7 +10,8 @@ import (
 )
 
 // Closing the store ends the group committer, and a submission after that
-// is refused as closed.
+// is refused as closed (the committer's own lifecycle is tested in
+// internal/groupcommit).
 func TestCloseStopsGroupCommitter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -20,107 +20,12 @@ func TestCloseStopsGroupCommitter(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-s.group.closed:
-	default:
-		t.Fatal("Close returned with the group committer still running")
-	}
-	if s.group.svc.Started() {
+	if s.group.Started() {
 		t.Fatal("Close returned with the group committer's service running")
 	}
 	if _, _, err := s.CreateJob(ctx, newJob("v1-after")); !errors.Is(err, errClosed) {
 		t.Fatalf("CreateJob after Close: %v, want errClosed", err)
 	}
-}
-
-// The committer's lifecycle: Stop before Start and a second Stop are
-// no-ops that leave it closed, a stopped committer cannot be started
-// again, and requests queued when it stops are answered, not left waiting.
-func TestCommitterLifecycle(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	noCommit := func(batch []createReq) { t.Errorf("committed %d requests", len(batch)) }
-
-	t.Run("stop before start", func(t *testing.T) {
-		t.Parallel()
-		c := newCommitter(noCommit)
-		if err := c.Stop(ctx); err != nil {
-			t.Fatalf("Stop before Start: %v", err)
-		}
-		if err := c.Stop(ctx); err != nil {
-			t.Fatalf("second Stop: %v", err)
-		}
-		if err := c.Start(ctx); !errors.Is(err, errClosed) {
-			t.Fatalf("Start after Stop: %v, want errClosed", err)
-		}
-		if _, _, err := c.submit(ctx, newJob("v1-x")); !errors.Is(err, errClosed) {
-			t.Fatalf("submit to a stopped committer: %v, want errClosed", err)
-		}
-	})
-
-	t.Run("stop twice", func(t *testing.T) {
-		t.Parallel()
-		var mu sync.Mutex
-		var committed int
-		c := newCommitter(func(batch []createReq) {
-			mu.Lock()
-			committed += len(batch)
-			mu.Unlock()
-			for _, r := range batch {
-				r.resp <- createResp{created: true}
-			}
-		})
-		if err := c.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Start(ctx); err == nil {
-			t.Fatal("a second Start succeeded")
-		}
-		if _, created, err := c.submit(ctx, newJob("v1-a")); err != nil || !created {
-			t.Fatalf("submit: %v, %v", created, err)
-		}
-		var wg sync.WaitGroup
-		for range 2 { // concurrent Stops: both return once the loop ended
-			wg.Go(func() {
-				if err := c.Stop(ctx); err != nil {
-					t.Errorf("Stop: %v", err)
-				}
-				if c.svc.Started() {
-					t.Error("Stop returned with the loop running")
-				}
-			})
-		}
-		wg.Wait()
-		if err := c.Stop(ctx); err != nil {
-			t.Fatalf("third Stop: %v", err)
-		}
-		if _, _, err := c.submit(ctx, newJob("v1-b")); !errors.Is(err, errClosed) {
-			t.Fatalf("submit after Stop: %v, want errClosed", err)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if committed != 1 {
-			t.Fatalf("%d requests committed, want 1", committed)
-		}
-	})
-
-	t.Run("queued requests are answered", func(t *testing.T) {
-		t.Parallel()
-		c := newCommitter(noCommit) // never started: requests stay queued
-		r := createReq{ctx: ctx, nj: newJob("v1-q"), resp: make(chan createResp, 1)}
-		c.reqs <- r
-		if err := c.Stop(ctx); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case res := <-r.resp:
-			if !errors.Is(res.err, errClosed) {
-				t.Fatalf("queued request answered %v, want errClosed", res.err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("a queued request was left waiting")
-		}
-	})
 }
 
 // A panic inside a write transaction must reach the caller (and leave the

@@ -128,7 +128,8 @@ func (s *Store) CountDeadLetters(ctx context.Context) (map[string]int, error) {
 // pending with its attempts reset, and one message is enqueued, in one
 // transaction. Redriving the same dead letter again fails with
 // pipeline.ErrInvalidTransition and changes nothing.
-func (s *Store) Redrive(ctx context.Context, deadLetterID int64, queue, operator string) (pipeline.Job, error) {
+func (s *Store) Redrive(ctx context.Context, p *pipeline.RedriveParams) (pipeline.Job, error) {
+	deadLetterID, queue, operator := p.DeadLetterID, p.Queue, p.Operator
 	if queue == "" {
 		return pipeline.Job{}, fmt.Errorf("%w: redrive needs a queue", pipeline.ErrInvalidInput)
 	}
@@ -183,7 +184,8 @@ func (s *Store) Redrive(ctx context.Context, deadLetterID int64, queue, operator
 // dead_letter_discarded event records it, in one transaction. A reason is
 // required. Discarding a settled dead letter fails with
 // pipeline.ErrInvalidTransition and changes nothing.
-func (s *Store) DiscardDeadLetter(ctx context.Context, deadLetterID int64, operator, reason string) (pipeline.DeadLetter, error) {
+func (s *Store) DiscardDeadLetter(ctx context.Context, p *pipeline.DiscardDeadLetterParams) (pipeline.DeadLetter, error) {
+	deadLetterID, operator, reason := p.DeadLetterID, p.Operator, p.Reason
 	if err := pipeline.CheckDiscardReason(reason); err != nil {
 		return pipeline.DeadLetter{}, err
 	}

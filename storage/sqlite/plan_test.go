@@ -125,7 +125,7 @@ func exerciseEveryWritePath(t *testing.T, s *Store, clock *pipeline.ManualClock)
 	if err := s.Finish(ctx, cs[2].Lease, pipeline.Outcome{Status: pipeline.StatusNeedsReview, RequiresAction: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Decide(ctx, cs[2].Job.ID, pipeline.DecisionRetry, "op"); err != nil {
+	if _, err := s.Decide(ctx, &pipeline.DecideParams{JobID: cs[2].Job.ID, Decision: pipeline.DecisionRetry, Operator: "op"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.FinishMany(ctx, []Finished{
@@ -136,7 +136,7 @@ func exerciseEveryWritePath(t *testing.T, s *Store, clock *pipeline.ManualClock)
 	}
 	dls, _ := s.ListDeadLetters(ctx, false, 0, 0)
 	for _, d := range dls {
-		if _, err := s.Redrive(ctx, d.ID, "render-v1", "op"); err != nil {
+		if _, err := s.Redrive(ctx, &pipeline.RedriveParams{DeadLetterID: d.ID, Queue: "render-v1", Operator: "op"}); err != nil {
 			t.Fatal(err)
 		}
 	}

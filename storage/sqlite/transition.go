@@ -320,18 +320,13 @@ func (s *Store) CancelRequested(ctx context.Context, jobID string) (bool, error)
 }
 
 // Decide applies an operator's decision to a job in needs_review: retry puts
-// it back on its queue (pending), fail ends it (failed). It is
-// DecideWithReason without a reason.
-func (s *Store) Decide(ctx context.Context, jobID string, d pipeline.ReviewDecision, operator string) (pipeline.Job, error) {
-	return s.DecideWithReason(ctx, jobID, d, operator, "")
-}
-
-// DecideWithReason applies an operator's decision to a job in needs_review
-// and records it: the decision event carries the operator and reason, and
-// the job row keeps the decision (what, who, why, when) so that the job no
-// longer reads as waiting for one. A failed job's message says who failed
-// it and why instead of asking for a decision.
-func (s *Store) DecideWithReason(ctx context.Context, jobID string, d pipeline.ReviewDecision, operator, reason string) (pipeline.Job, error) {
+// it back on its queue (pending), fail ends it (failed). It records it: the
+// decision event carries the operator and reason (optional), and the job
+// row keeps the decision (what, who, why, when) so that the job no longer
+// reads as waiting for one. A failed job's message says who failed it and
+// why instead of asking for a decision.
+func (s *Store) Decide(ctx context.Context, p *pipeline.DecideParams) (pipeline.Job, error) {
+	jobID, d, operator, reason := p.JobID, p.Decision, p.Operator, p.Reason
 	if err := pipeline.CheckDecisionReason(reason); err != nil {
 		return pipeline.Job{}, err
 	}

@@ -48,7 +48,7 @@ func testDecisionRecorded(t *testing.T, h *Harness) {
 			t.Fatalf("%s: decision before any: %+v", tt.id, j.Decision)
 		}
 		clock.Advance(time.Minute)
-		j, err := s.DecideWithReason(ctx, tt.id, tt.d, "alice", tt.reason)
+		j, err := s.Decide(ctx, &pipeline.DecideParams{JobID: tt.id, Decision: tt.d, Operator: "alice", Reason: tt.reason})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +76,7 @@ func testDecisionRecorded(t *testing.T, h *Harness) {
 			t.Errorf("%s: no decision event with operator and reason in %+v", tt.id, evs)
 		}
 	}
-	if _, err := s.DecideWithReason(ctx, "v1-x", pipeline.DecisionFail, "alice", strings.Repeat("x", maxDecisionReason+1)); !errors.Is(err, pipeline.ErrInvalidInput) {
+	if _, err := s.Decide(ctx, &pipeline.DecideParams{JobID: "v1-x", Decision: pipeline.DecisionFail, Operator: "alice", Reason: strings.Repeat("x", maxDecisionReason+1)}); !errors.Is(err, pipeline.ErrInvalidInput) {
 		t.Errorf("overlong reason: %v", err)
 	}
 }
@@ -96,11 +96,11 @@ func testDiscardDeadLetter(t *testing.T, h *Harness) {
 		t.Fatalf("open: %+v", open)
 	}
 	d := open[0]
-	if _, err := s.DiscardDeadLetter(ctx, d.ID, "alice", ""); !errors.Is(err, pipeline.ErrInvalidInput) {
+	if _, err := s.DiscardDeadLetter(ctx, &pipeline.DiscardDeadLetterParams{DeadLetterID: d.ID, Operator: "alice", Reason: ""}); !errors.Is(err, pipeline.ErrInvalidInput) {
 		t.Fatalf("discard without a reason: %v", err)
 	}
 	clock.Advance(time.Minute)
-	got, err := s.DiscardDeadLetter(ctx, d.ID, "alice", "customer withdrew the order")
+	got, err := s.DiscardDeadLetter(ctx, &pipeline.DiscardDeadLetterParams{DeadLetterID: d.ID, Operator: "alice", Reason: "customer withdrew the order"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,13 +127,13 @@ func testDiscardDeadLetter(t *testing.T, h *Harness) {
 	if l, _, _ := s.ListJobs(ctx, pipeline.ListFilter{AllTenants: true, RequiresAction: true}); len(l) != 1 || l[0].ID == d.JobID {
 		t.Fatalf("jobs needing action after discard: %+v", l)
 	}
-	if _, err := s.DiscardDeadLetter(ctx, d.ID, "bob", "again"); !errors.Is(err, pipeline.ErrInvalidTransition) {
+	if _, err := s.DiscardDeadLetter(ctx, &pipeline.DiscardDeadLetterParams{DeadLetterID: d.ID, Operator: "bob", Reason: "again"}); !errors.Is(err, pipeline.ErrInvalidTransition) {
 		t.Fatalf("second discard: %v", err)
 	}
-	if _, err := s.Redrive(ctx, d.ID, "render-v2", "bob"); !errors.Is(err, pipeline.ErrInvalidTransition) {
+	if _, err := s.Redrive(ctx, &pipeline.RedriveParams{DeadLetterID: d.ID, Queue: "render-v2", Operator: "bob"}); !errors.Is(err, pipeline.ErrInvalidTransition) {
 		t.Fatalf("redrive of a discarded dead letter: %v", err)
 	}
-	if _, err := s.DiscardDeadLetter(ctx, 999, "bob", "x"); !errors.Is(err, pipeline.ErrNotFound) {
+	if _, err := s.DiscardDeadLetter(ctx, &pipeline.DiscardDeadLetterParams{DeadLetterID: 999, Operator: "bob", Reason: "x"}); !errors.Is(err, pipeline.ErrNotFound) {
 		t.Fatalf("missing: %v", err)
 	}
 	// The database itself refuses to unsettle a dead letter.
@@ -142,10 +142,10 @@ func testDiscardDeadLetter(t *testing.T, h *Harness) {
 	}
 	// A redriven one cannot be discarded.
 	other := open[1]
-	if _, err := s.Redrive(ctx, other.ID, "render-v2", "bob"); err != nil {
+	if _, err := s.Redrive(ctx, &pipeline.RedriveParams{DeadLetterID: other.ID, Queue: "render-v2", Operator: "bob"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.DiscardDeadLetter(ctx, other.ID, "bob", "x"); !errors.Is(err, pipeline.ErrInvalidTransition) {
+	if _, err := s.DiscardDeadLetter(ctx, &pipeline.DiscardDeadLetterParams{DeadLetterID: other.ID, Operator: "bob", Reason: "x"}); !errors.Is(err, pipeline.ErrInvalidTransition) {
 		t.Fatalf("discard of a redriven dead letter: %v", err)
 	}
 }
@@ -202,7 +202,7 @@ func testFindDeadLetters(t *testing.T, h *Harness) {
 	}
 	// Settled dead letters are not found.
 	all, _, _ := s.FindDeadLetters(ctx, pipeline.DeadLetterFilter{}, 0)
-	if _, err := s.DiscardDeadLetter(ctx, all[0].ID, "op", "x"); err != nil {
+	if _, err := s.DiscardDeadLetter(ctx, &pipeline.DiscardDeadLetterParams{DeadLetterID: all[0].ID, Operator: "op", Reason: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	if got, _, _ := s.FindDeadLetters(ctx, pipeline.DeadLetterFilter{Tenant: "acme"}, 0); ids(got) != "v2-d" {
@@ -219,14 +219,14 @@ func testPurgeSettledDeadLetters(t *testing.T, h *Harness) {
 	s := h.open(t, clock)
 	deadLettered(t, s, 4)
 	dls, _ := s.ListDeadLetters(ctx, false, 0, 0) // newest first
-	if _, err := s.DiscardDeadLetter(ctx, dls[0].ID, "op", "old discard"); err != nil {
+	if _, err := s.DiscardDeadLetter(ctx, &pipeline.DiscardDeadLetterParams{DeadLetterID: dls[0].ID, Operator: "op", Reason: "old discard"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Redrive(ctx, dls[1].ID, "render-v2", "op"); err != nil {
+	if _, err := s.Redrive(ctx, &pipeline.RedriveParams{DeadLetterID: dls[1].ID, Queue: "render-v2", Operator: "op"}); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(40 * 24 * time.Hour)
-	if _, err := s.DiscardDeadLetter(ctx, dls[2].ID, "op", "recent discard"); err != nil {
+	if _, err := s.DiscardDeadLetter(ctx, &pipeline.DiscardDeadLetterParams{DeadLetterID: dls[2].ID, Operator: "op", Reason: "recent discard"}); err != nil {
 		t.Fatal(err)
 	}
 	events := countRows(t, s, `SELECT count(*) FROM job_events`)

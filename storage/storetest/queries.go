@@ -381,7 +381,7 @@ func testCountByStatus(t *testing.T, h *Harness) {
 		t.Fatalf("CountByStatus = %v, want %v", got, want)
 	}
 	// A transition moves one job between counts.
-	if _, err := s.Decide(ctx, "v1-n1", pipeline.DecisionFail, "op"); err != nil {
+	if _, err := s.Decide(ctx, &pipeline.DecideParams{JobID: "v1-n1", Decision: pipeline.DecisionFail, Operator: "op"}); err != nil {
 		t.Fatal(err)
 	}
 	want[pipeline.StatusNeedsReview], want[pipeline.StatusFailed] = 1, 2
@@ -442,7 +442,7 @@ func billingFixture(t *testing.T, s *env) {
 		ErrorClass: pipeline.ClassAmbiguous, ErrorCode: "provider_outcome_unknown"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Decide(ctx, "v1-bill-w", pipeline.DecisionRetry, "op"); err != nil {
+	if _, err := s.Decide(ctx, &pipeline.DecideParams{JobID: "v1-bill-w", Decision: pipeline.DecisionRetry, Operator: "op"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -708,7 +708,7 @@ func seedAuditHistory(t *testing.T, s *env, clock *pipeline.ManualClock) pipelin
 		t.Fatal(err)
 	}
 	clock.Advance(time.Second)
-	if _, err := s.Decide(ctx, "v1-x", pipeline.DecisionRetry, "op"); err != nil { // decision: not audited
+	if _, err := s.Decide(ctx, &pipeline.DecideParams{JobID: "v1-x", Decision: pipeline.DecisionRetry, Operator: "op"}); err != nil { // decision: not audited
 		t.Fatal(err)
 	}
 	if _, err := s.RequestCancel(ctx, "acme", "v1-x"); err != nil { // cancel_requested: not audited
@@ -719,7 +719,7 @@ func seedAuditHistory(t *testing.T, s *env, clock *pipeline.ManualClock) pipelin
 		t.Fatalf("dead letters %+v, %v", dls, err)
 	}
 	clock.Advance(time.Second)
-	if _, err := s.Redrive(ctx, dls[0].ID, "render-v1", "op"); err != nil {
+	if _, err := s.Redrive(ctx, &pipeline.RedriveParams{DeadLetterID: dls[0].ID, Queue: "render-v1", Operator: "op"}); err != nil {
 		t.Fatal(err)
 	}
 	return x
@@ -920,14 +920,14 @@ func testDeadLetterReads(t *testing.T, h *Harness) {
 	}
 
 	clock.Advance(time.Second)
-	if _, err := s.Redrive(ctx, byJob["v1-u1"].ID, "render-v1", "op"); err != nil {
+	if _, err := s.Redrive(ctx, &pipeline.RedriveParams{DeadLetterID: byJob["v1-u1"].ID, Queue: "render-v1", Operator: "op"}); err != nil {
 		t.Fatal(err)
 	}
 	counts, err = s.CountDeadLetters(ctx)
 	if want := map[string]int{pipeline.ReasonRetriesExhausted: 1, pipeline.ReasonUnboundVersion: 1}; err != nil || !reflect.DeepEqual(counts, want) {
 		t.Fatalf("after one redrive: %v, %v; want %v", counts, err, want)
 	}
-	if _, err := s.Redrive(ctx, ex.ID, "render-v1", "op"); err != nil {
+	if _, err := s.Redrive(ctx, &pipeline.RedriveParams{DeadLetterID: ex.ID, Queue: "render-v1", Operator: "op"}); err != nil {
 		t.Fatal(err)
 	}
 	counts, err = s.CountDeadLetters(ctx)

@@ -63,7 +63,7 @@ func testRedriveExactlyOnce(t *testing.T, h *Harness) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := s.Redrive(ctx, dls[0].ID, "render-v1", "op"); err == nil {
+			if _, err := s.Redrive(ctx, &pipeline.RedriveParams{DeadLetterID: dls[0].ID, Queue: "render-v1", Operator: "op"}); err == nil {
 				wins.Add(1)
 			} else if !errors.Is(err, pipeline.ErrInvalidTransition) {
 				t.Errorf("redrive: %v", err)
@@ -99,16 +99,16 @@ func testRedriveRefusesLiveJob(t *testing.T, h *Harness) {
 	nj.Version, nj.Queue, nj.DeadLetterReason, nj.DeadLetterQueue = "v2", "", pipeline.ReasonUnboundVersion, "render-v2"
 	mustCreate(t, s, nj)
 	dls, _ := s.ListDeadLetters(ctx, false, 0, 0)
-	if _, err := s.Redrive(ctx, dls[0].ID, "", "op"); !errors.Is(err, pipeline.ErrInvalidInput) {
+	if _, err := s.Redrive(ctx, &pipeline.RedriveParams{DeadLetterID: dls[0].ID, Queue: "", Operator: "op"}); !errors.Is(err, pipeline.ErrInvalidInput) {
 		t.Fatalf("redrive without queue: %v", err)
 	}
-	if _, err := s.Redrive(ctx, dls[0].ID, "render-v1", "op"); !errors.Is(err, pipeline.ErrInvalidInput) {
+	if _, err := s.Redrive(ctx, &pipeline.RedriveParams{DeadLetterID: dls[0].ID, Queue: "render-v1", Operator: "op"}); !errors.Is(err, pipeline.ErrInvalidInput) {
 		t.Fatalf("redrive of a v2 job to v1's queue: %v", err)
 	}
-	if _, err := s.Redrive(ctx, 999, "render-v2", "op"); !errors.Is(err, pipeline.ErrNotFound) {
+	if _, err := s.Redrive(ctx, &pipeline.RedriveParams{DeadLetterID: 999, Queue: "render-v2", Operator: "op"}); !errors.Is(err, pipeline.ErrNotFound) {
 		t.Fatalf("redrive of a missing dead letter: %v", err)
 	}
-	j, err := s.Redrive(ctx, dls[0].ID, "render-v2", "op")
+	j, err := s.Redrive(ctx, &pipeline.RedriveParams{DeadLetterID: dls[0].ID, Queue: "render-v2", Operator: "op"})
 	if err != nil || j.Status != pipeline.StatusPending || j.Queue != "render-v2" {
 		t.Fatalf("redrive: %+v %v", j, err)
 	}
@@ -159,7 +159,7 @@ func testDecide(t *testing.T, h *Harness) {
 	for i, d := range []pipeline.ReviewDecision{pipeline.DecisionRetry, pipeline.DecisionFail} {
 		id := fmt.Sprintf("v1-d%d", i)
 		mustCreate(t, s, newJob(id))
-		if _, err := s.Decide(ctx, id, d, "op"); !errors.Is(err, pipeline.ErrInvalidTransition) {
+		if _, err := s.Decide(ctx, &pipeline.DecideParams{JobID: id, Decision: d, Operator: "op"}); !errors.Is(err, pipeline.ErrInvalidTransition) {
 			t.Fatalf("decide on pending: %v", err)
 		}
 		c := fetchOne(t, s, "render-v1", "w")
@@ -170,10 +170,10 @@ func testDecide(t *testing.T, h *Harness) {
 		if n := countRows(t, s, `SELECT count(*) FROM queue_messages WHERE job_id = ?`, id); n != 0 {
 			t.Fatal("needs_review job still has a message")
 		}
-		if _, err := s.Decide(ctx, id, "maybe", "op"); !errors.Is(err, pipeline.ErrInvalidInput) {
+		if _, err := s.Decide(ctx, &pipeline.DecideParams{JobID: id, Decision: "maybe", Operator: "op"}); !errors.Is(err, pipeline.ErrInvalidInput) {
 			t.Fatalf("bad decision: %v", err)
 		}
-		j, err := s.Decide(ctx, id, d, "op")
+		j, err := s.Decide(ctx, &pipeline.DecideParams{JobID: id, Decision: d, Operator: "op"})
 		if err != nil {
 			t.Fatal(err)
 		}

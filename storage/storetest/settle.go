@@ -81,13 +81,13 @@ func testDeadLetterSettleRefusals(t *testing.T, h *Harness) {
 		t.Fatalf("open: %+v, %v", open, err)
 	}
 	discarded, redriven := open[0], open[1]
-	if _, err := s.DiscardDeadLetter(ctx, discarded.ID, "alice", strings.Repeat("x", pipeline.MaxOperatorReason+1)); !errors.Is(err, pipeline.ErrInvalidInput) {
+	if _, err := s.DiscardDeadLetter(ctx, &pipeline.DiscardDeadLetterParams{DeadLetterID: discarded.ID, Operator: "alice", Reason: strings.Repeat("x", pipeline.MaxOperatorReason+1)}); !errors.Is(err, pipeline.ErrInvalidInput) {
 		t.Fatalf("overlong discard reason: %v", err)
 	}
-	if _, err := s.DiscardDeadLetter(ctx, discarded.ID, "alice", strings.Repeat("x", pipeline.MaxOperatorReason)); err != nil {
+	if _, err := s.DiscardDeadLetter(ctx, &pipeline.DiscardDeadLetterParams{DeadLetterID: discarded.ID, Operator: "alice", Reason: strings.Repeat("x", pipeline.MaxOperatorReason)}); err != nil {
 		t.Fatalf("discard reason of exactly the bound: %v", err)
 	}
-	if _, err := s.Redrive(ctx, redriven.ID, "render-v2", "bob"); err != nil {
+	if _, err := s.Redrive(ctx, &pipeline.RedriveParams{DeadLetterID: redriven.ID, Queue: "render-v2", Operator: "bob"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -95,10 +95,22 @@ func testDeadLetterSettleRefusals(t *testing.T, h *Harness) {
 		try  func() error
 		says string
 	}{
-		{"discard a discarded one", func() error { _, err := s.DiscardDeadLetter(ctx, discarded.ID, "bob", "x"); return err }, "already discarded"},
-		{"redrive a discarded one", func() error { _, err := s.Redrive(ctx, discarded.ID, "render-v2", "bob"); return err }, "already discarded"},
-		{"discard a redriven one", func() error { _, err := s.DiscardDeadLetter(ctx, redriven.ID, "bob", "x"); return err }, "already redriven"},
-		{"redrive a redriven one", func() error { _, err := s.Redrive(ctx, redriven.ID, "render-v2", "bob"); return err }, "already redriven"},
+		{"discard a discarded one", func() error {
+			_, err := s.DiscardDeadLetter(ctx, &pipeline.DiscardDeadLetterParams{DeadLetterID: discarded.ID, Operator: "bob", Reason: "x"})
+			return err
+		}, "already discarded"},
+		{"redrive a discarded one", func() error {
+			_, err := s.Redrive(ctx, &pipeline.RedriveParams{DeadLetterID: discarded.ID, Queue: "render-v2", Operator: "bob"})
+			return err
+		}, "already discarded"},
+		{"discard a redriven one", func() error {
+			_, err := s.DiscardDeadLetter(ctx, &pipeline.DiscardDeadLetterParams{DeadLetterID: redriven.ID, Operator: "bob", Reason: "x"})
+			return err
+		}, "already redriven"},
+		{"redrive a redriven one", func() error {
+			_, err := s.Redrive(ctx, &pipeline.RedriveParams{DeadLetterID: redriven.ID, Queue: "render-v2", Operator: "bob"})
+			return err
+		}, "already redriven"},
 	} {
 		if err := tc.try(); !errors.Is(err, pipeline.ErrInvalidTransition) || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("%s: %v, want ErrInvalidTransition saying %q", tc.name, err, tc.says)

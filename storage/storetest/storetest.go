@@ -36,7 +36,6 @@ type JobStore interface {
 
 	CreateJobs(ctx context.Context, njs []pipeline.NewJob) error
 	FinishMany(ctx context.Context, fs []pipeline.Finished) ([]error, error)
-	Decide(ctx context.Context, jobID string, d pipeline.ReviewDecision, operator string) (pipeline.Job, error)
 	Enqueue(ctx context.Context, queue, jobID string, delay time.Duration) error
 	Ack(ctx context.Context, messageID int64) error
 	QueueDepth(ctx context.Context, queue string) (total, visible int, err error)

@@ -25,6 +25,7 @@ var suite = []struct {
 	{"DuplicateMessagesMerge", testDuplicateMessagesMerge},
 	{"CreateJobsBatch", testCreateJobsBatch},
 	{"CreateJobInput", testCreateJobInput},
+	{"CloseAnswersSubmissions", testCloseAnswersSubmissions},
 	{"AbandonVersusNewClaimInterleavings", testAbandonVersusNewClaimInterleavings},
 	{"ClaimForSweep", testClaimForSweep},
 	{"CommitAssetRecordsAndReleases", testCommitAssetRecordsAndReleases},

@@ -209,7 +209,7 @@ func testDecideWaivesUnknownCallsOnlyOnRetry(t *testing.T, h *Harness) {
 			ErrorClass: pipeline.ClassAmbiguous, ErrorCode: "provider_outcome_unknown"}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Decide(ctx, tt.id, tt.d, "op"); err != nil {
+		if _, err := s.Decide(ctx, &pipeline.DecideParams{JobID: tt.id, Decision: tt.d, Operator: "op"}); err != nil {
 			t.Fatal(err)
 		}
 		got, err := s.ProviderCalls(ctx, tt.id, -1, "")

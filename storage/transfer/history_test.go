@@ -84,7 +84,7 @@ func buildHistory(t *testing.T) *history {
 	h.settle(t, "v2-fail", "v2", pipeline.Outcome{Status: pipeline.StatusFailed, ErrorClass: pipeline.ErrorClass("permanent"), ErrorCode: "bad_prompt", ErrorMessage: "the prompt was refused"})
 	h.settle(t, "v1-review", "v1", pipeline.Outcome{Status: pipeline.StatusNeedsReview, RequiresAction: true, ErrorCode: "ambiguous_billing"})
 	h.settle(t, "v2-decided", "v2", pipeline.Outcome{Status: pipeline.StatusNeedsReview, RequiresAction: true, ErrorCode: "ambiguous_billing"})
-	if _, err := st.DecideWithReason(ctx, "v2-decided", pipeline.DecisionFail, "ops@acme", "the provider billed; do not pay again"); err != nil {
+	if _, err := st.Decide(ctx, &pipeline.DecideParams{JobID: "v2-decided", Decision: pipeline.DecisionFail, Operator: "ops@acme", Reason: "the provider billed; do not pay again"}); err != nil {
 		t.Fatal(err)
 	}
 	h.settle(t, "v1-dead", "v1", pipeline.Outcome{Status: pipeline.StatusDeadLettered, Reason: "retries_exhausted", ErrorCode: "timeout"})
@@ -102,11 +102,11 @@ func buildHistory(t *testing.T) *history {
 	for _, dl := range dls {
 		switch dl.JobID {
 		case "v1-dead":
-			if _, err := st.Redrive(ctx, dl.ID, "render-v1", "ops@acme"); err != nil {
+			if _, err := st.Redrive(ctx, &pipeline.RedriveParams{DeadLetterID: dl.ID, Queue: "render-v1", Operator: "ops@acme"}); err != nil {
 				t.Fatal(err)
 			}
 		case "v9-unbound":
-			if _, err := st.DiscardDeadLetter(ctx, dl.ID, "ops@acme", "v9 was never released"); err != nil {
+			if _, err := st.DiscardDeadLetter(ctx, &pipeline.DiscardDeadLetterParams{DeadLetterID: dl.ID, Operator: "ops@acme", Reason: "v9 was never released"}); err != nil {
 				t.Fatal(err)
 			}
 		}
