@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -63,12 +64,22 @@ func (c Config) Check(workers int) error {
 	return nil
 }
 
+// knownVersions lists the workflow versions this build implements in
+// version order.
+func knownVersions() []string { return inVersionOrder(slices.Collect(maps.Keys(pipeline.Workflows))) }
+
+// inVersionOrder sorts versions ("v<n>") by number: v2 before v10.
+func inVersionOrder(vs []string) []string {
+	slices.SortFunc(vs, func(a, b string) int { return cmp.Or(cmp.Compare(len(a), len(b)), cmp.Compare(a, b)) })
+	return vs
+}
+
 // checkBindings refuses a binding this build has no workflow for.
 func checkBindings(c Config) error {
 	for _, v := range c.Routing.Bindings.Versions() {
 		if _, ok := pipeline.Workflows[v]; !ok {
 			return fmt.Errorf("EDGEPIPE_BINDINGS: this build has no implementation of %s (it has %s)", v,
-				strings.Join(slices.Sorted(maps.Keys(pipeline.Workflows)), ", "))
+				strings.Join(knownVersions(), ", "))
 		}
 	}
 	return nil

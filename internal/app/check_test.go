@@ -43,3 +43,14 @@ func TestCheck(t *testing.T) {
 		})
 	}
 }
+
+// Versions are listed in version order, not string order.
+func TestInVersionOrder(t *testing.T) {
+	t.Parallel()
+	if got := strings.Join(inVersionOrder([]string{"v10", "v2", "v1", "v3"}), ","); got != "v1,v2,v3,v10" {
+		t.Errorf("inVersionOrder = %s, want v1,v2,v3,v10", got)
+	}
+	if got := len(knownVersions()); got < 2 {
+		t.Errorf("knownVersions has %d versions, want every workflow", got)
+	}
+}
