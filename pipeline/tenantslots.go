@@ -80,33 +80,35 @@ type FetchPage struct {
 }
 
 // FetchPages is a Fetch's reading loop, the same for every job store: read
-// reads a page of candidates, triage triages them and says how many of
-// their jobs it chose to claim, and pos gives a candidate's (visible_at,
-// message id). Without a tenant limit it reads one page of p.Max, as before
-// the limit existed. With one, a page whose tenants ran out of slots yields
-// fewer claims, so the loop reads on past it, leaving those tenants out:
-// another tenant's ready job is claimed even when the first ready messages
-// all belong to a saturated tenant. It stops at p.Max claims, at the end of
-// the queue, or after maxFetchPages pages.
-func FetchPages[C any](p *FetchParams, slots *TenantSlots, read func(FetchPage) ([]C, error),
-	triage func([]C) (claimed int, err error), pos func(C) (at, id int64)) error {
+// reads a page of candidates, triage picks the jobs to claim among them
+// (taking each from the Fetch's TenantSlots), and pos gives a candidate's
+// (visible_at, message id). It returns every claim triage made. Without a
+// tenant limit it reads one page of p.Max, as before the limit existed.
+// With one, a page whose tenants ran out of slots yields fewer claims, so
+// the loop reads on past it, leaving those tenants out: another tenant's
+// ready job is claimed even when the first ready messages all belong to a
+// saturated tenant. It stops at p.Max claims, at the end of the queue, or
+// after maxFetchPages pages.
+func FetchPages[C, A any](p *FetchParams, read func(FetchPage) ([]C, error),
+	triage func([]C, *TenantSlots) ([]A, error), pos func(C) (at, id int64)) ([]A, error) {
+	slots := NewTenantSlots(p.TenantMaxRunning)
 	pg := FetchPage{AfterAt: math.MinInt64, Limit: p.TenantMaxRunning}
-	claimed := 0
+	var claims []A
 	for range maxFetchPages {
-		pg.Want, pg.Full = p.Max-claimed, slots.Full()
+		pg.Want, pg.Full = p.Max-len(claims), slots.Full()
 		cands, err := read(pg)
 		if err != nil {
-			return err
+			return claims, err
 		}
-		n, err := triage(cands)
+		more, err := triage(cands, slots)
+		claims = append(claims, more...)
 		if err != nil {
-			return err
+			return claims, err
 		}
-		claimed += n
-		if !slots.Limited() || len(cands) < pg.Want || claimed >= p.Max {
-			return nil
+		if !slots.Limited() || len(cands) < pg.Want || len(claims) >= p.Max {
+			return claims, nil
 		}
 		pg.AfterAt, pg.AfterID = pos(cands[len(cands)-1])
 	}
-	return nil
+	return claims, nil
 }

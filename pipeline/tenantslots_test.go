@@ -82,10 +82,8 @@ func TestFetchPages(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			p := &pipeline.FetchParams{Max: tc.max, TenantMaxRunning: tc.limit}
-			slots := pipeline.NewTenantSlots(tc.limit)
-			var claimed []int64
 			pages := 0
-			err := pipeline.FetchPages(p, slots, func(pg pipeline.FetchPage) ([]msg, error) {
+			claimed, err := pipeline.FetchPages(p, func(pg pipeline.FetchPage) ([]msg, error) {
 				pages++
 				if pg.Limit != tc.limit {
 					t.Errorf("page limit %d, want %d", pg.Limit, tc.limit)
@@ -97,19 +95,18 @@ func TestFetchPages(t *testing.T) {
 					}
 				}
 				return out, nil
-			}, func(ms []msg) (int, error) {
-				n := 0
+			}, func(ms []msg, slots *pipeline.TenantSlots) ([]int64, error) {
+				var ids []int64
 				for _, m := range ms {
 					ok, err := slots.Take(m.tenant, func() (int, bool, error) { return 0, true, nil })
 					if err != nil {
-						return n, err
+						return ids, err
 					}
 					if ok {
-						claimed = append(claimed, m.id)
-						n++
+						ids = append(ids, m.id)
 					}
 				}
-				return n, nil
+				return ids, nil
 			}, func(m msg) (int64, int64) { return 0, m.id })
 			if err != nil || !slices.Equal(claimed, tc.want) || pages != tc.wantPages {
 				t.Fatalf("claimed %v in %d pages, %v; want %v in %d", claimed, pages, err, tc.want, tc.wantPages)

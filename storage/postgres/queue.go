@@ -82,24 +82,7 @@ func (s *Store) Fetch(ctx context.Context, p *pipeline.FetchParams) ([]pipeline.
 	return out, stats, nil
 }
 
-// fetchPages reads candidates page by page (pipeline.FetchPages) and
-// returns the jobs to claim.
-func (s *Store) fetchPages(ctx context.Context, tx pgx.Tx, now int64, p *pipeline.FetchParams, stats *pipeline.FetchStats) ([]claimArg, error) {
-	slots := pipeline.NewTenantSlots(p.TenantMaxRunning)
-	var claims []claimArg
-	err := pipeline.FetchPages(p, slots, func(pg pipeline.FetchPage) ([]candidate, error) {
-		return fetchCandidates(ctx, tx, p.Queue, now, pg)
-	}, func(cands []candidate) (int, error) {
-		more, err := s.triage(ctx, tx, now, p.Queue, cands, stats, slots)
-		claims = append(claims, more...)
-		return len(more), err
-	}, candidate.position)
-	return claims, err
-}
-
-// position is the candidate's place in the queue's order.
-func (c candidate) position() (visibleAt, msgID int64) { return c.visibleAt, c.msgID }
-
+// candidate is a visible message and the state of its job.
 type candidate struct {
 	msgID      int64
 	visibleAt  int64
@@ -110,6 +93,19 @@ type candidate struct {
 	leaseExp   *int64
 	nextRun    *int64
 }
+
+// fetchPages reads candidates page by page (pipeline.FetchPages) and
+// returns the jobs to claim.
+func (s *Store) fetchPages(ctx context.Context, tx pgx.Tx, now int64, p *pipeline.FetchParams, stats *pipeline.FetchStats) ([]claimArg, error) {
+	return pipeline.FetchPages(p, func(pg pipeline.FetchPage) ([]candidate, error) {
+		return fetchCandidates(ctx, tx, p.Queue, now, pg)
+	}, func(cands []candidate, slots *pipeline.TenantSlots) ([]claimArg, error) {
+		return s.triage(ctx, tx, now, p.Queue, cands, stats, slots)
+	}, candidate.position)
+}
+
+// position is the candidate's place in the queue's order.
+func (c candidate) position() (visibleAt, msgID int64) { return c.visibleAt, c.msgID }
 
 type claimArg struct {
 	jobID      string

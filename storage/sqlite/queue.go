@@ -82,16 +82,11 @@ func (s *Store) Fetch(ctx context.Context, p *pipeline.FetchParams) ([]pipeline.
 // so the running counts triage reads cannot change under it: no two claims
 // can both see a tenant one below its limit.
 func (s *Store) fetchPages(ctx context.Context, tx *wtx, now int64, p *pipeline.FetchParams, stats *pipeline.FetchStats) ([]claimArg, error) {
-	slots := pipeline.NewTenantSlots(p.TenantMaxRunning)
-	var claims []claimArg
-	err := pipeline.FetchPages(p, slots, func(pg pipeline.FetchPage) ([]candidate, error) {
+	return pipeline.FetchPages(p, func(pg pipeline.FetchPage) ([]candidate, error) {
 		return fetchCandidates(ctx, tx, p.Queue, now, pg)
-	}, func(cands []candidate) (int, error) {
-		more, err := s.triage(ctx, tx, now, p.Queue, cands, stats, slots)
-		claims = append(claims, more...)
-		return len(more), err
+	}, func(cands []candidate, slots *pipeline.TenantSlots) ([]claimArg, error) {
+		return s.triage(ctx, tx, now, p.Queue, cands, stats, slots)
 	}, candidate.position)
-	return claims, err
 }
 
 // position is the candidate's place in the queue's order.
