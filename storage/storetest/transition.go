@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -196,6 +197,11 @@ func testDecideWaivesUnknownCallsOnlyOnRetry(t *testing.T, h *Harness) {
 		if err := s.UpdateUnit(ctx, c.Lease, 0, pipeline.UnitUpdate{Artifacts: map[string]string{pipeline.ArtifactImage: key}}); err != nil {
 			t.Fatal(err)
 		}
+		// The video unit failed after its submission was accepted: a retry
+		// plans it afresh (the failed prediction is not polled again).
+		if err := s.UpdateUnit(ctx, c.Lease, 1, pipeline.UnitUpdate{Status: pipeline.UnitFailed, ExternalJobID: "pred-" + tt.id}); err != nil {
+			t.Fatal(err)
+		}
 		for _, cl := range calls {
 			id, err := s.RecordIntent(ctx, c.Lease, pipeline.ProviderCall{Scene: cl.scene, Op: cl.op, Provider: "fake", Contract: pipeline.ContractSync})
 			if err != nil {
@@ -216,10 +222,36 @@ func testDecideWaivesUnknownCallsOnlyOnRetry(t *testing.T, h *Harness) {
 		if err != nil || len(got) != len(calls) {
 			t.Fatalf("%s: calls %+v, %v", tt.id, got, err)
 		}
+		waived := 0
 		for i, cl := range got {
 			if cl.Status != tt.want[i] {
 				t.Errorf("%s after %s: call %d (scene %d %s) is %s, want %s", tt.id, tt.d, i, cl.Scene, cl.Op, cl.Status, tt.want[i])
 			}
+			if cl.Status != pipeline.CallWaived {
+				continue
+			}
+			// Each waived call has its audit event: which call, scene and
+			// operation, and who agreed to pay again.
+			waived++
+			if n := countRows(t, s, `SELECT count(*) FROM job_events WHERE job_id = ? AND kind = 'call_waived'
+				AND CAST(detail_json ->> 'call_id' AS TEXT) = ? AND CAST(detail_json ->> 'scene' AS TEXT) = ? AND detail_json ->> 'op' = ? AND detail_json ->> 'operator' = 'op'`,
+				tt.id, strconv.FormatInt(cl.ID, 10), strconv.Itoa(cl.Scene), cl.Op); n != 1 {
+				t.Errorf("%s: %d call_waived events for call %d (scene %d %s), want 1", tt.id, n, cl.ID, cl.Scene, cl.Op)
+			}
+		}
+		if n := countRows(t, s, `SELECT count(*) FROM job_events WHERE job_id = ? AND kind = 'call_waived'`, tt.id); n != waived {
+			t.Errorf("%s: %d call_waived events, want %d", tt.id, n, waived)
+		}
+		units, err := s.Units(ctx, tt.id)
+		if err != nil || len(units) != 2 {
+			t.Fatalf("%s: units %+v, %v", tt.id, units, err)
+		}
+		wantVideo, wantExt := pipeline.UnitPlanned, ""
+		if tt.d == pipeline.DecisionFail {
+			wantVideo, wantExt = pipeline.UnitFailed, "pred-"+tt.id
+		}
+		if u := units[1]; u.Status != wantVideo || u.ExternalJobID != wantExt {
+			t.Errorf("%s after %s: video unit %s %q, want %s %q", tt.id, tt.d, u.Status, u.ExternalJobID, wantVideo, wantExt)
 		}
 	}
 }
