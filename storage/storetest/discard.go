@@ -189,6 +189,7 @@ func testFindDeadLetters(t *testing.T, h *Harness) {
 		{"age", pipeline.DeadLetterFilter{OlderThan: t0.Add(90 * time.Minute)}, 0, "v2-a,v3-b", false},
 		{"combined", pipeline.DeadLetterFilter{Tenant: "acme", Version: "v2", Reason: pipeline.ReasonUnboundVersion}, 0, "v2-a,v2-d", false},
 		{"limit", pipeline.DeadLetterFilter{Version: "v2"}, 2, "v2-a,v2-c", true},
+		{"limit exactly the matches", pipeline.DeadLetterFilter{Version: "v2"}, 3, "v2-a,v2-c,v2-d", false},
 		{"none", pipeline.DeadLetterFilter{Tenant: "initech"}, 0, "", false},
 	}
 	for _, tt := range tests {

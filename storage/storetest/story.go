@@ -99,6 +99,16 @@ func testJobStory(t *testing.T, h *Harness) {
 	if err != nil || len(st.Events) != 2 || !st.MoreEvents || st.Events[1].Kind != pipeline.EventStatus {
 		t.Fatalf("bounded: %d events, more=%v, %v", len(st.Events), st.MoreEvents, err)
 	}
+	// A bound of exactly the number of events shows them all, with no
+	// "more".
+	all, err := s.JobStory(ctx, &pipeline.JobStoryParams{JobID: "v1-story", MaxEvents: 1000})
+	if err != nil || all.MoreEvents || len(all.Events) < 3 {
+		t.Fatalf("unbounded: %d events, more=%v, %v", len(all.Events), all.MoreEvents, err)
+	}
+	if st, err = s.JobStory(ctx, &pipeline.JobStoryParams{JobID: "v1-story", MaxEvents: len(all.Events)}); err != nil ||
+		len(st.Events) != len(all.Events) || st.MoreEvents {
+		t.Fatalf("bound of exactly %d: %d events, more=%v, %v", len(all.Events), len(st.Events), st.MoreEvents, err)
+	}
 	if _, err := s.JobStory(ctx, &pipeline.JobStoryParams{JobID: "v1-missing"}); !errors.Is(err, pipeline.ErrNotFound) {
 		t.Fatalf("missing job: %v", err)
 	}
