@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,6 +49,9 @@ func testStagedAnswers(t *testing.T, h *Harness) {
 	}
 	if err := s.SetCallStaged(ctx, &pipeline.SetCallStagedParams{CallID: callID + 99, Key: key}); !errors.Is(err, pipeline.ErrNotFound) {
 		t.Fatalf("unknown call: %v", err)
+	}
+	if err := s.SetCallStaged(ctx, &pipeline.SetCallStagedParams{CallID: 0, Key: key}); !errors.Is(err, pipeline.ErrInvalidInput) {
+		t.Fatalf("call id 0: %v, want ErrInvalidInput", err)
 	}
 	if n := countRows(t, s, `SELECT count(*) FROM provider_calls WHERE id = ? AND staged_key = ?`, callID, key); n != 1 {
 		t.Fatalf("call row not pointed at its staged answer (%d)", n)
@@ -114,6 +118,9 @@ func testCommitStaged(t *testing.T, h *Harness) {
 		t.Fatal(err)
 	}
 	key := pipeline.StagingKey("acme", "v1-c", 1, pipeline.OpSpeech, callID)
+	if err := s.CommitStaged(ctx, &pipeline.CommitStagedParams{CallID: 0, Asset: stagedAsset(key)}); !errors.Is(err, pipeline.ErrInvalidInput) {
+		t.Fatalf("call id 0: %v, want ErrInvalidInput", err)
+	}
 	bad := stagedAsset(key)
 	bad.Kind = "image"
 	if err := s.CommitStaged(ctx, &pipeline.CommitStagedParams{CallID: callID, Asset: bad}); !errors.Is(err, pipeline.ErrInvalidInput) {
@@ -149,5 +156,38 @@ func testCommitStaged(t *testing.T, h *Harness) {
 	late := stagedAsset(key + "0")
 	if err := s.CommitStaged(ctx, &pipeline.CommitStagedParams{CallID: callID, Asset: late}); !errors.Is(err, pipeline.ErrInvalidTransition) {
 		t.Fatalf("staging for a final job: %v", err)
+	}
+}
+
+// StagedAnswers returns at most p.Limit answers, in key order.
+func testStagedAnswersLimit(t *testing.T, h *Harness) {
+	t.Parallel()
+	ctx := context.Background()
+	s := h.open(t, pipeline.NewManualClock(t0))
+	mustCreate(t, s, newJob("v1-lim"))
+	c := fetchOne(t, s, "render-v1", "w")
+	var keys []string
+	for scene := range 2 {
+		id, err := s.RecordIntent(ctx, c.Lease, pipeline.ProviderCall{Scene: scene, Op: pipeline.OpImage, Provider: "fake", Contract: pipeline.ContractSync})
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := pipeline.StagingKey("acme", "v1-lim", scene, pipeline.OpImage, id)
+		if err := s.ClaimObject(ctx, c.Lease, key); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CommitAsset(ctx, c.Lease, stagedAsset(key)); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	all, err := s.StagedAnswers(ctx, &pipeline.StagedAnswersParams{JobID: "v1-lim"})
+	if err != nil || len(all) != 2 || all[0].Key != keys[0] || all[1].Key != keys[1] {
+		t.Fatalf("all: %+v, %v; want %v", all, err, keys)
+	}
+	one, err := s.StagedAnswers(ctx, &pipeline.StagedAnswersParams{JobID: "v1-lim", Limit: 1})
+	if err != nil || len(one) != 1 || one[0].Key != keys[0] {
+		t.Fatalf("limit 1: %+v, %v; want %s", one, err, keys[0])
 	}
 }

@@ -83,6 +83,7 @@ var suite = []struct {
 	{"WebhookClaimRefusesBadArguments", testWebhookClaimRefusesBadArguments},
 	{"WebhookClaimSmallestArguments", testWebhookClaimSmallestArguments},
 	{"StagedAnswers", testStagedAnswers},
+	{"StagedAnswersLimit", testStagedAnswersLimit},
 	{"CommitStaged", testCommitStaged},
 	{"Presence", testPresence},
 	{"DeadLetterUnserved", testDeadLetterUnserved},
