@@ -249,3 +249,21 @@ func testPurgeSettledDeadLetters(t *testing.T, h *Harness) {
 		t.Fatalf("second purge %d, %v", n, err)
 	}
 }
+
+// A dead-letter search returns at most its limit: 1 to 500, anything else
+// means the default of 100.
+func testFindDeadLettersLimitBounds(t *testing.T, h *Harness) {
+	t.Parallel()
+	ctx := context.Background()
+	s := h.open(t, pipeline.NewManualClock(t0))
+	deadLettered(t, s, 101)
+	for _, tc := range []struct {
+		limit, want int
+		more        bool
+	}{{500, 101, false}, {101, 101, false}, {100, 100, true}, {0, 100, true}, {-1, 100, true}, {501, 100, true}} {
+		got, more, err := s.FindDeadLetters(ctx, pipeline.DeadLetterFilter{}, tc.limit)
+		if err != nil || len(got) != tc.want || more != tc.more {
+			t.Errorf("limit %d: %d dead letters, more=%v, %v; want %d, more=%v", tc.limit, len(got), more, err, tc.want, tc.more)
+		}
+	}
+}

@@ -133,6 +133,9 @@ func testCommitStaged(t *testing.T, h *Harness) {
 	if err := s.CommitStaged(ctx, &pipeline.CommitStagedParams{CallID: callID, Asset: a}); err != nil {
 		t.Fatal(err)
 	}
+	if n := countRows(t, s, `SELECT count(*) FROM provider_calls WHERE id = ? AND staged_key = ?`, callID, key); n != 1 {
+		t.Fatal("the first CommitStaged did not point the call at its answer")
+	}
 	if err := s.CommitStaged(ctx, &pipeline.CommitStagedParams{CallID: callID, Asset: a}); err != nil {
 		t.Fatalf("a retried commit of the same content: %v", err)
 	}

@@ -14,6 +14,7 @@ var suite = []struct {
 	{"ListDeadLettersLimitCeiling", testListDeadLettersLimitCeiling},
 	{"DecisionRecorded", testDecisionRecorded},
 	{"DiscardDeadLetter", testDiscardDeadLetter},
+	{"FindDeadLettersLimitBounds", testFindDeadLettersLimitBounds},
 	{"DeadLetterSettleRefusals", testDeadLetterSettleRefusals},
 	{"SettleEventDetail", testSettleEventDetail},
 	{"UnboundVersionSettle", testUnboundVersionSettle},
