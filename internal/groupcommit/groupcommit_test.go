@@ -153,3 +153,76 @@ func TestCommitterLifecycle(t *testing.T) {
 		}
 	})
 }
+
+// Requests queued while a group commits go into the next group together,
+// never more than MaxGroup of them: the point of group commit is one
+// transaction for many submissions, and the bound keeps a transaction
+// short.
+func TestCommitterGroupsQueuedRequests(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	first := make(chan struct{})
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var sizes []int
+	c := New(func(batch []Request) {
+		mu.Lock()
+		sizes = append(sizes, len(batch))
+		n := len(sizes)
+		mu.Unlock()
+		if n == 1 {
+			close(first)
+			<-release // hold the first group while the others queue up
+		}
+		for _, r := range batch {
+			r.Resp <- Response{Created: true}
+		}
+	}, errClosed)
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(ctx)
+	var wg sync.WaitGroup
+	submit := func(id string) {
+		wg.Go(func() {
+			if _, created, err := c.Submit(ctx, newJob(id)); err != nil || !created {
+				t.Errorf("submit %s: %v, %v", id, created, err)
+			}
+		})
+	}
+	submit("v1-first")
+	select {
+	case <-first:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first group was never committed")
+	}
+	const queued = MaxGroup + 10 // the queue holds MaxGroup; the rest wait to enqueue
+	for i := range queued {
+		submit("v1-q" + string(rune('a'+i%26)) + string(rune('a'+i/26)))
+	}
+	// Wait until the queue is full, so the next group has MaxGroup to take.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(c.reqs) < MaxGroup {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d requests queued", len(c.reqs))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0
+	for _, n := range sizes {
+		total += n
+		if n > MaxGroup {
+			t.Errorf("a group of %d requests, more than MaxGroup %d", n, MaxGroup)
+		}
+	}
+	if total != queued+1 {
+		t.Fatalf("%d requests committed, want %d (groups %v)", total, queued+1, sizes)
+	}
+	if len(sizes) < 2 || sizes[1] != MaxGroup {
+		t.Errorf("groups %v: the second group should take the full queue of %d", sizes, MaxGroup)
+	}
+}
