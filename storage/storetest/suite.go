@@ -93,6 +93,7 @@ var suite = []struct {
 	{"AbandonRacesNewClaim", testAbandonRacesNewClaim},
 	{"DeadLetterInsertFailureRollsBack", testDeadLetterInsertFailureRollsBack},
 	{"JobStory", testJobStory},
+	{"JobStoryEventBound", testJobStoryEventBound},
 	{"ListJobsVersionAndAge", testListJobsVersionAndAge},
 	{"FinishManyIsolatesFencedAttempts", testFinishManyIsolatesFencedAttempts},
 	{"FinishManyMixedBatch", testFinishManyMixedBatch},
