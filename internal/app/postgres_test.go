@@ -4,62 +4,23 @@ package app
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"edgepipe/check"
 	"edgepipe/pipeline"
+	"edgepipe/storage/postgres/pgtest"
 )
 
-// freshDatabase creates an empty database on the server of
-// EDGEPIPE_TEST_DATABASE_URL (scripts/postgres.sh) and returns its URL.
-func freshDatabase(t *testing.T) string {
-	t.Helper()
-	admin := os.Getenv("EDGEPIPE_TEST_DATABASE_URL")
-	if admin == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("EDGEPIPE_TEST_DATABASE_URL is not set and CI is: the Postgres tests must run")
-		}
-		t.Skip("EDGEPIPE_TEST_DATABASE_URL not set (scripts/postgres.sh start)")
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "edgepipe_app_" + hex.EncodeToString(b[:])
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if c, err := pgx.Connect(context.Background(), admin); err == nil {
-			_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			c.Close(context.Background())
-		}
-	})
-	cfg, err := url.Parse(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Path = "/" + name
-	return cfg.String()
-}
+// freshDatabase is an empty database of its own for the test.
+func freshDatabase(t *testing.T) string { return pgtest.FreshDatabase(t, "edgepipe_app_", false) }
 
 // Two processes, each with its own empty data directory, share one
 // Postgres (and one object store): the API process accepts jobs, the

@@ -4,10 +4,7 @@ package postgres
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"edgepipe/pipeline"
+	"edgepipe/storage/postgres/pgtest"
 	"edgepipe/storage/storetest"
 )
 
@@ -25,60 +23,11 @@ import (
 
 // testURL returns the server's URL; without one the tests skip, or fail
 // when CI is set (a skipped suite must not pass CI).
-func testURL(t testing.TB) string {
-	t.Helper()
-	u := os.Getenv("EDGEPIPE_TEST_DATABASE_URL")
-	if u == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("EDGEPIPE_TEST_DATABASE_URL is not set and CI is: the Postgres suite must run (scripts/postgres.sh start)")
-		}
-		t.Skip("EDGEPIPE_TEST_DATABASE_URL not set (scripts/postgres.sh start)")
-	}
-	return u
-}
+func testURL(t testing.TB) string { return pgtest.ServerURL(t) }
 
 // newDatabase creates a fresh database on the test server and returns its
 // URL; it is dropped when t ends.
-func newDatabase(t testing.TB) string {
-	t.Helper()
-	admin := testURL(t)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "edgepipe_" + hex.EncodeToString(b[:])
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		t.Fatalf("connect to the test server: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("create database: %v", err)
-	}
-	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), admin)
-		if err != nil {
-			return
-		}
-		defer c.Close(context.Background())
-		_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-	})
-	return withDatabase(admin, name)
-}
-
-// withDatabase replaces the database of a postgres:// URL.
-func withDatabase(u, name string) string {
-	rest, query, _ := strings.Cut(u, "?")
-	i := strings.LastIndex(rest, "/")
-	if i < len("postgres://") {
-		rest += "/"
-		i = len(rest) - 1
-	}
-	out := rest[:i+1] + name
-	if query != "" {
-		out += "?" + query
-	}
-	return out
-}
+func newDatabase(t testing.TB) string { return pgtest.FreshDatabase(t, "edgepipe_", false) }
 
 func openTest(t *testing.T, url string, clock pipeline.Clock) *Store {
 	t.Helper()

@@ -5,12 +5,8 @@ package transfer_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"net/url"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -18,6 +14,7 @@ import (
 
 	"edgepipe/pipeline"
 	"edgepipe/storage/postgres"
+	"edgepipe/storage/postgres/pgtest"
 	"edgepipe/storage/sqlite"
 	"edgepipe/storage/transfer"
 )
@@ -27,43 +24,8 @@ var (
 	_ transfer.Target = (*postgres.Store)(nil)
 )
 
-// freshDatabase creates an empty database on the server of
-// EDGEPIPE_TEST_DATABASE_URL (scripts/postgres.sh start) and returns its
-// URL; without a server the test skips, or fails when CI is set.
-func freshDatabase(t *testing.T) string {
-	t.Helper()
-	admin := os.Getenv("EDGEPIPE_TEST_DATABASE_URL")
-	if admin == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("EDGEPIPE_TEST_DATABASE_URL is not set and CI is: the Postgres tests must run (scripts/postgres.sh start)")
-		}
-		t.Skip("EDGEPIPE_TEST_DATABASE_URL not set (scripts/postgres.sh start)")
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "edgepipe_transfer_" + hex.EncodeToString(b[:])
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if c, err := pgx.Connect(context.Background(), admin); err == nil {
-			_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			c.Close(context.Background())
-		}
-	})
-	u, err := url.Parse(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path = "/" + name
-	return u.String()
-}
+// freshDatabase is an empty database of its own for the test.
+func freshDatabase(t *testing.T) string { return pgtest.FreshDatabase(t, "edgepipe_transfer_", false) }
 
 func openPostgres(t *testing.T, dbURL string, clock pipeline.Clock) *postgres.Store {
 	t.Helper()
