@@ -1,0 +1,125 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// A declared idempotent_verified contract is a claim about a provider that
+// only the provider can confirm: the seeds' first lesson was that an
+// idempotency key must be proven by sending the same request twice, not
+// read in the provider's documentation. `edgepipe provider probe` sends
+// that pair and records a Proof; an operation runs under
+// idempotent_verified only while the latest proof of its (provider,
+// operation, model) says so and is younger than the configured age.
+// Without one it runs under ProofFallback, its safe contract.
+
+// ProofVerdict is what a probe found.
+type ProofVerdict string
+
+const (
+	// ProofIdempotent: the same request sent twice under one key gave the
+	// same answer and, where the provider reports usage, one charge.
+	ProofIdempotent ProofVerdict = "idempotent"
+	// ProofNotIdempotent: the answers differed or the provider billed
+	// both; the key is not honoured.
+	ProofNotIdempotent ProofVerdict = "not_idempotent"
+)
+
+// DefaultProofMaxAge is how long a proof is trusted (30 days): providers
+// change their servers, and a proof that old is re-run.
+const DefaultProofMaxAge = 30 * 24 * time.Hour
+
+// ProofFallback is the contract an idempotent_verified operation runs under
+// without a fresh proof: an ambiguous failure stops for a human instead of
+// being retried on the strength of a key nobody checked.
+const ProofFallback = ContractSync
+
+// MaxProofDetail bounds a proof's detail text.
+const MaxProofDetail = 1000
+
+// Proof is one dated probe of a (provider, operation, model).
+type Proof struct {
+	ID       int64
+	Provider string
+	Op       string
+	Model    string
+	Verdict  ProofVerdict
+	// Calls is how many billable requests the probe sent.
+	Calls int
+	// Detail says what was compared (hashes, ids, usage).
+	Detail   string
+	ProvedAt time.Time
+}
+
+// Check validates a proof before it is recorded.
+func (p Proof) Check() error {
+	switch {
+	case p.Provider == "" || p.Op == "" || p.Model == "":
+		return fmt.Errorf("%w: a proof names its provider, operation and model", ErrInvalidInput)
+	case p.Verdict != ProofIdempotent && p.Verdict != ProofNotIdempotent:
+		return fmt.Errorf("%w: proof verdict %q", ErrInvalidInput, p.Verdict)
+	case p.Calls < 0:
+		return fmt.Errorf("%w: proof calls %d", ErrInvalidInput, p.Calls)
+	case len(p.Detail) > MaxProofDetail:
+		return fmt.Errorf("%w: proof detail is %d bytes, at most %d", ErrInvalidInput, len(p.Detail), MaxProofDetail)
+	case p.ProvedAt.IsZero():
+		return fmt.Errorf("%w: a proof has a date", ErrInvalidInput)
+	}
+	return nil
+}
+
+// Fresh reports whether p proves idempotency at now under maxAge. A proof
+// dated in the future (a skewed clock) is not trusted either.
+func (p Proof) Fresh(now time.Time, maxAge time.Duration) bool {
+	age := now.Sub(p.ProvedAt)
+	return p.Verdict == ProofIdempotent && age >= 0 && age < maxAge
+}
+
+// EffectiveContract is the contract an operation runs under: declared,
+// except that idempotent_verified needs latest (found) to be a fresh proof;
+// otherwise ProofFallback. why says which, for logs and the ops page.
+func EffectiveContract(declared Contract, latest Proof, found bool, now time.Time, maxAge time.Duration) (c Contract, why string) {
+	if declared != ContractIdempotentVerified {
+		return declared, "declared"
+	}
+	switch {
+	case !found:
+		return ProofFallback, "no proof: run `edgepipe provider probe`"
+	case latest.Verdict != ProofIdempotent:
+		return ProofFallback, fmt.Sprintf("latest proof (%s) says %s", latest.ProvedAt.UTC().Format(time.RFC3339), latest.Verdict)
+	case !latest.Fresh(now, maxAge):
+		return ProofFallback, fmt.Sprintf("proof of %s is older than %s or from the future", latest.ProvedAt.UTC().Format(time.RFC3339), maxAge)
+	}
+	return declared, "proven " + latest.ProvedAt.UTC().Format(time.RFC3339)
+}
+
+// RecordProofParams records a probe's proof.
+type RecordProofParams struct {
+	Proof Proof
+}
+
+// LatestProofParams names the (provider, operation, model) whose latest
+// proof is wanted.
+type LatestProofParams struct {
+	Provider, Op, Model string
+}
+
+// ListProofsParams lists the latest proof of every (provider, operation,
+// model), newest first, at most Limit of them (DefaultProofListLimit
+// when 0).
+type ListProofsParams struct {
+	Limit int
+}
+
+// DefaultProofListLimit is ListProofsParams.Limit's default.
+const DefaultProofListLimit = 100
+
+// ProofStore keeps the probes' proofs (both job-store drivers implement
+// it). LatestProof answers ErrNotFound when there is none.
+type ProofStore interface {
+	RecordProof(ctx context.Context, p *RecordProofParams) (int64, error)
+	LatestProof(ctx context.Context, p *LatestProofParams) (Proof, error)
+	ListProofs(ctx context.Context, p *ListProofsParams) ([]Proof, error)
+}
