@@ -70,6 +70,9 @@ func knownSettings() []string {
 // (pipeline.RateLimitsSyntax).
 const EnvRateLimits = "EDGEPIPE_RATE_LIMITS"
 
+// EnvProofMaxAge is how old a probe's proof may be (pipeline.DefaultProofMaxAge).
+const EnvProofMaxAge = "EDGEPIPE_PROOF_MAX_AGE"
+
 // Config is the whole configuration of a process.
 type Config struct {
 	Addr       string
@@ -98,8 +101,11 @@ type Config struct {
 	RetryMax            int
 	// InfraWindow and InfraCap are the infrastructure budget
 	// (pipeline.RetryPolicy).
-	InfraWindow   time.Duration
-	InfraCap      time.Duration
+	InfraWindow time.Duration
+	InfraCap    time.Duration
+	// ProofMaxAge is how long a probe's proof lets an operation run under
+	// idempotent_verified (pipeline.EffectiveContract).
+	ProofMaxAge   time.Duration
 	Failpoints    string
 	LogLevel      slog.Level
 	WebhookSecret string
@@ -226,6 +232,7 @@ func parse(getenv func(string) string) (Config, error) {
 		{api.EnvHTTPReadTimeout, &c.HTTP.ReadTimeout, api.DefaultReadTimeout, 100 * time.Millisecond},
 		{api.EnvHTTPIdleTimeout, &c.HTTP.IdleTimeout, api.DefaultIdleTimeout, 100 * time.Millisecond},
 		{api.EnvSSEMaxAge, &c.SSEMaxAge, api.DefaultSSEMaxAge, time.Second},
+		{EnvProofMaxAge, &c.ProofMaxAge, pipeline.DefaultProofMaxAge, time.Second},
 	} {
 		if *d.dst, err = durationSetting(getenv, d.name, d.def, d.min); err != nil {
 			return c, err
