@@ -116,6 +116,12 @@ type ListProofsParams struct {
 // DefaultProofListLimit is ListProofsParams.Limit's default.
 const DefaultProofListLimit = 100
 
+// ProofReader is what the engine needs of the proofs: the latest one of
+// an operation.
+type ProofReader interface {
+	LatestProof(ctx context.Context, p *LatestProofParams) (Proof, error)
+}
+
 // ProofStore keeps the probes' proofs (both job-store drivers implement
 // it). LatestProof answers ErrNotFound when there is none.
 type ProofStore interface {
