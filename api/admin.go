@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"html/template"
@@ -312,6 +313,17 @@ type adminPageData struct {
 	Statuses   []pipeline.Status
 	Listed     []AdminJob
 	MoreListed bool
+	// Proofs are the probes' latest proofs; ProofMaxAge is how long one
+	// is trusted.
+	Proofs      []proofRow
+	ProofMaxAge time.Duration
+}
+
+// proofRow is one proof on the operations page: Trusted when it lets its
+// operation run as idempotent_verified now.
+type proofRow struct {
+	pipeline.Proof
+	Trusted bool
 }
 
 // adminFilter is the operations page's job filter, as query parameters.
@@ -448,6 +460,14 @@ func (s *Server) adminPage(c echo.Context) error {
 		data.Listed = append(data.Listed, s.adminJob(c, j))
 	}
 	data.MoreListed = nextListed.ID != ""
+	proofs, err := s.cfg.Store.ListProofs(ctx, &pipeline.ListProofsParams{})
+	if err != nil {
+		return err
+	}
+	data.ProofMaxAge = cmp.Or(s.cfg.ProofMaxAge, pipeline.DefaultProofMaxAge)
+	for _, p := range proofs {
+		data.Proofs = append(data.Proofs, proofRow{Proof: p, Trusted: p.Fresh(data.Now, data.ProofMaxAge)})
+	}
 	return s.renderPage(c, "admin.html", data)
 }
 

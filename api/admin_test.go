@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"edgepipe/pipeline"
 	"edgepipe/routing"
@@ -258,5 +259,49 @@ func TestAdminPageAndForms(t *testing.T) {
 	w = e.do(t, req{method: http.MethodGet, path: "/admin?done=" + url.QueryEscape("Your session expired, call +1 555"), hdr: map[string]string{"Authorization": "Bearer " + tokAdmin}})
 	if strings.Contains(w.Body.String(), "session expired") {
 		t.Fatal("arbitrary done message shown")
+	}
+}
+
+// The operations page says which provider keys are proven: a fresh
+// idempotent proof lets retries rely on the key; an old one, or a latest
+// proof that failed, leaves the operation running as sync (issue 14).
+func TestAdminPageProofs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.ProofMaxAge = 48 * time.Hour })
+	page := func() string {
+		t.Helper()
+		w := e.do(t, req{method: http.MethodGet, path: "/admin", hdr: map[string]string{"Authorization": basic("alice", tokAdmin)}})
+		if w.Code != 200 {
+			t.Fatalf("page: %d %s", w.Code, w.Body)
+		}
+		return w.Body.String()
+	}
+	if p := page(); !strings.Contains(p, "No proof yet: every operation declared idempotent_verified runs as sync") {
+		t.Error("the page does not say that nothing is proven")
+	}
+	now := e.clock.Now()
+	for _, p := range []pipeline.Proof{
+		{Provider: "http", Op: "image", Model: "fresh-model", Verdict: pipeline.ProofIdempotent, Calls: 2, Detail: "same sha256 ab12", ProvedAt: now.Add(-time.Hour)},
+		{Provider: "http", Op: "image", Model: "old-model", Verdict: pipeline.ProofIdempotent, Calls: 2, Detail: "same sha256 cd34", ProvedAt: now.Add(-72 * time.Hour)},
+		{Provider: "http", Op: "speech", Model: "failed-model", Verdict: pipeline.ProofNotIdempotent, Calls: 2, Detail: "billed 2", ProvedAt: now.Add(-time.Hour)},
+	} {
+		if _, err := e.store.RecordProof(context.Background(), &pipeline.RecordProofParams{Proof: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := page()
+	if !strings.Contains(p, "younger than 48h0m0s") {
+		t.Error("the page does not give the configured proof age")
+	}
+	for model, want := range map[string]string{"fresh-model": "<td>yes</td>", "old-model": "no: runs as sync", "failed-model": "no: runs as sync"} {
+		i := strings.Index(p, model)
+		if i < 0 {
+			t.Fatalf("the page does not list the proof of %s", model)
+		}
+		row := p[i:]
+		row = row[:strings.Index(row, "</tr>")]
+		if !strings.Contains(row, want) {
+			t.Errorf("proof of %s: row %q lacks %q", model, row, want)
+		}
 	}
 }

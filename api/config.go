@@ -70,6 +70,9 @@ type Config struct {
 	// with Last-Event-ID), so no connection is held forever. Streams are
 	// exempt from the server's ReadTimeout. Default DefaultSSEMaxAge.
 	SSEMaxAge time.Duration
+	// ProofMaxAge is how long a probe's proof is trusted, for the
+	// operations page. Default pipeline.DefaultProofMaxAge.
+	ProofMaxAge time.Duration
 }
 
 // DefaultSSEMaxAge is how long an event stream lives before the server

@@ -46,6 +46,9 @@ type Store interface {
 	CountByStatus(ctx context.Context) (map[pipeline.Status]int, error)
 	CountDeadLetters(ctx context.Context) (map[string]int, error)
 	CountBilledCalls(ctx context.Context) (map[string]int, error)
+	// ListProofs lists the latest proof of every (provider, operation,
+	// model), for the operations page.
+	ListProofs(ctx context.Context, p *pipeline.ListProofsParams) ([]pipeline.Proof, error)
 	Ping(ctx context.Context) error
 }
 

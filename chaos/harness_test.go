@@ -317,6 +317,9 @@ type clusterConfig struct {
 	// NoFake starts no fake provider and leaves EDGEPIPE_PROVIDER_URL
 	// unset: Env chooses the providers (the real-provider tests).
 	NoFake bool
+	// Unproven skips the probe of the fake's image key: images then run
+	// as sync, as in a deployment nobody probed.
+	Unproven bool
 }
 
 func newCluster(t testing.TB, cfg clusterConfig) *cluster {
@@ -340,6 +343,9 @@ func newCluster(t testing.TB, cfg clusterConfig) *cluster {
 	}
 	if !cfg.NoFake {
 		c.startFake(cfg.Faults, seed)
+		if !cfg.Unproven {
+			c.proveImage()
+		}
 	}
 	c.apiAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	c.api = newAPIClient(t, "http://"+c.apiAddr, tenantToken)
@@ -369,6 +375,23 @@ func (c *cluster) startFake(faults string, seed uint64) {
 		}
 		c.fake, c.fakeURL = p, "http://"+addr
 		return
+	}
+}
+
+// proveImage records the proof an idempotent_verified image needs, the way
+// an operator does (`edgepipe provider probe image --yes`, against this
+// cluster's fake provider): without it images run as sync. A probe that
+// meets an injected fault proves nothing and is run again.
+func (c *cluster) proveImage() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, errOut string
+	code := -1
+	for try := 0; try < 5 && code != 0; try++ {
+		out, errOut, code = c.run(ctx, nil, "provider", "probe", "image", "--yes", "--interval", "50ms")
+	}
+	if code != 0 {
+		c.t.Fatalf("edgepipe provider probe image: exit %d\n%s\n%s", code, out, errOut)
 	}
 }
 

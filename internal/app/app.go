@@ -192,7 +192,7 @@ func (a *App) buildWorker(ctx context.Context, p *Parts, fps *failpoint.Set, wit
 			InfraWindow: a.Cfg.InfraWindow, InfraCap: a.Cfg.InfraCap},
 		UnitConcurrency: a.Cfg.UnitConcurrency,
 		Logger:          a.Log, TempDir: os.TempDir(), SpoolDir: filepath.Join(a.Cfg.DataDir, "spool"), Failpoint: fps.Func(), Metrics: a.Metrics,
-		RateLimits: a.rateLimits(prov),
+		RateLimits: a.rateLimits(prov), Proofs: a.Store, ProofMaxAge: a.Cfg.ProofMaxAge,
 	})
 	if err != nil {
 		return err
@@ -284,7 +284,7 @@ func (a *App) buildAPI(p *Parts) error {
 	var err error
 	p.API, err = api.New(api.Config{Store: a.Store, Objects: a.Objects, Router: a.Router, Presence: a.Store, Tokens: a.Cfg.Tokens,
 		AdminToken: a.Cfg.AdminToken, AllowPrivateWebhooks: a.Cfg.AllowPrivate, Logger: a.Log, Metrics: a.Metrics,
-		SSEMaxAge: a.Cfg.SSEMaxAge})
+		SSEMaxAge: a.Cfg.SSEMaxAge, ProofMaxAge: a.Cfg.ProofMaxAge})
 	if err != nil {
 		return err
 	}

@@ -267,3 +267,53 @@ func TestRunStartFailureLeavesNothingServing(t *testing.T) {
 	default:
 	}
 }
+
+// Start-up says under which contract each operation runs: the fake image
+// key is declared idempotent_verified but counts only with a fresh proof
+// in the job store (EDGEPIPE_PROOF_MAX_AGE).
+func TestLogContractNeedsAFreshProof(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t, t.TempDir(), map[string]string{EnvProofMaxAge: "2h"})
+	var logs bytes.Buffer
+	a, err := Open(t.Context(), cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	prov, err := provider.New(provider.Config{BaseURL: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logged := func() string {
+		logs.Reset()
+		a.logContract(t.Context(), prov, pipeline.OpImage)
+		return logs.String()
+	}
+	record := func(age time.Duration) {
+		p := pipeline.Proof{Provider: prov.Name(), Op: pipeline.OpImage, Model: prov.Model(pipeline.OpImage),
+			Verdict: pipeline.ProofIdempotent, Calls: 2, ProvedAt: time.Now().Add(-age)}
+		if _, err := a.Store.RecordProof(t.Context(), &pipeline.RecordProofParams{Proof: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, step := range []struct {
+		name  string
+		setup func()
+		want  []string
+	}{
+		{"no proof", func() {}, []string{"level=WARN", "is not proven", "contract=sync", "declared=idempotent_verified", "provider probe image --yes"}},
+		{"a proof older than EDGEPIPE_PROOF_MAX_AGE", func() { record(3 * time.Hour) }, []string{"level=WARN", "contract=sync", "older than 2h0m0s"}},
+		{"a fresh proof", func() { record(time.Minute) }, []string{"contract=idempotent_verified", "proven"}},
+	} {
+		step.setup()
+		got := logged()
+		for _, w := range step.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: log %q lacks %q", step.name, got, w)
+			}
+		}
+		if step.name == "a fresh proof" && strings.Contains(got, "WARN") {
+			t.Errorf("%s: warned %q", step.name, got)
+		}
+	}
+}

@@ -1,7 +1,10 @@
 package app
 
 import (
+	"cmp"
 	"context"
+	"errors"
+	"time"
 
 	"edgepipe/pipeline"
 	"edgepipe/provider"
@@ -34,12 +37,35 @@ func (a *App) providers(ctx context.Context) (pipeline.Providers, error) {
 			a.Log.Warn("this operation's provider has no contract for it: scenes that need it stop in needs_review",
 				"op", op, "provider", p.Name(), "hint", "route it elsewhere with EDGEPIPE_PROVIDER_"+opEnvSuffix(op))
 		}
-		a.Log.Info("provider", "op", op, "provider", p.Name(), "model", p.Model(op), "contract", p.Contract(op))
+		a.logContract(ctx, p, op)
 	}
 	if len(built) == 1 {
 		return img, nil
 	}
 	return provider.NewRouted(img, sp, vid)
+}
+
+// logContract says which contract op runs under at start-up. An operation
+// declared idempotent_verified without a fresh proof is warned about: its
+// ambiguous failures will stop for a human until someone probes it. The
+// engine looks the proof up again before every call, so this is only news.
+func (a *App) logContract(ctx context.Context, p pipeline.Providers, op string) {
+	declared := p.Contract(op)
+	effective, why := declared, "declared"
+	if declared == pipeline.ContractIdempotentVerified && a.Store != nil {
+		latest, err := a.Store.LatestProof(ctx, &pipeline.LatestProofParams{Provider: pipeline.ProviderName(p, op), Op: op, Model: p.Model(op)})
+		if err != nil && !errors.Is(err, pipeline.ErrNotFound) {
+			a.Log.Warn("provider proofs unreadable at start-up; the engine reads them again before every call", "op", op, "err", err)
+			return
+		}
+		effective, why = pipeline.EffectiveContract(declared, latest, err == nil, time.Now(), cmp.Or(a.Cfg.ProofMaxAge, pipeline.DefaultProofMaxAge))
+	}
+	if effective != declared {
+		a.Log.Warn("this operation's idempotency key is not proven: it runs as "+string(effective)+" (an ambiguous failure stops for a human)",
+			"op", op, "provider", pipeline.ProviderName(p, op), "model", p.Model(op), "why", why,
+			"hint", "edgepipe provider probe "+op+" --yes")
+	}
+	a.Log.Info("provider", "op", op, "provider", p.Name(), "model", p.Model(op), "contract", effective, "declared", declared, "why", why)
 }
 
 func opEnvSuffix(op string) string {
