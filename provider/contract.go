@@ -21,7 +21,9 @@ var contracts = []ContractRow{
 		Contract: pipeline.ContractIdempotentVerified,
 		Why: "POST /v1/images deduplicates Idempotency-Key: the same key and body return the same bytes " +
 			"and are billed once, proven against the server by TestImageContractIdempotentVerifiedIsProven " +
-			"(not taken from documentation); the adapter sends meta.IdempotencyKey and refuses a call without one",
+			"(not taken from documentation); the adapter sends meta.IdempotencyKey and refuses a call without one. " +
+			"A deployment relies on the key only while a proof of `edgepipe provider probe image` is fresh " +
+			"(EDGEPIPE_PROOF_MAX_AGE); otherwise the call runs as sync",
 	},
 	{
 		Op:       pipeline.OpSpeech,

@@ -15,7 +15,10 @@
 //     idempotent_verified, because a test against the server proves the key
 //     is honoured (TestImageContractIdempotentVerifiedIsProven); speech is
 //     sync, video submission is async_pollable, everything else fails
-//     closed.
+//     closed. A declared idempotent_verified row is a candidate: the
+//     engine runs it as such only while the job store holds a fresh proof
+//     of the deployment's own provider (Probe, `edgepipe provider probe`;
+//     pipeline.EffectiveContract).
 //   - Requests are built so that nothing but the contract can repeat them.
 //     net/http's Transport silently resends a POST on a dropped keep-alive
 //     connection when it considers the request replayable (a body it can
