@@ -292,3 +292,50 @@ func TestProbeVideoComparesExternalIDs(t *testing.T) {
 		})
 	}
 }
+
+// TestProbeUsageReadings: a ledger that fails is an error (the provider has
+// usage we could not read); a 404 or an answer without by_idempotency_key
+// means the provider does not report usage, and the answers alone decide.
+func TestProbeUsageReadings(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		ledger http.HandlerFunc // nil: no /ledger (404)
+		detail string
+		err    string
+	}{
+		{"no ledger", nil, "answers equal; usage not reported by the provider", ""},
+		{"not the fake's ledger", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{"credits":12}`)
+		}, "answers equal; usage not reported by the provider", ""},
+		{"ledger fails", func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "down", http.StatusBadGateway) },
+			"", "reading usage of key probe-"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			// A provider that honours the key: the same bytes for it.
+			mux := http.NewServeMux()
+			mux.HandleFunc("POST /v1/images", func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "image/png")
+				fmt.Fprint(w, "png for "+r.Header.Get(provider.HeaderIdempotencyKey))
+			})
+			if tc.ledger != nil {
+				mux.HandleFunc("GET /ledger", tc.ledger)
+			}
+			s := httptest.NewServer(mux)
+			t.Cleanup(s.Close)
+			var slept []time.Duration
+			proof, err := provider.Probe(t.Context(), newClient(t, s.URL), pipeline.OpImage, probeConfig(&slept, nil))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) || proof != (pipeline.Proof{}) {
+					t.Errorf("proof %+v, err %v: want no proof and %q", proof, err, tc.err)
+				}
+				return
+			}
+			if err != nil || proof.Verdict != pipeline.ProofIdempotent || !strings.HasSuffix(proof.Detail, tc.detail) {
+				t.Errorf("proof %+v, err %v: want idempotent ending %q", proof, err, tc.detail)
+			}
+		})
+	}
+}
