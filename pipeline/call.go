@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -41,7 +42,10 @@ func (u *unitRun) beginCall(ctx context.Context, op string, contract Contract) (
 		return nil, err
 	}
 	meta := CallMeta{UnitID: u.unitID()}
-	if contract == ContractIdempotentVerified {
+	// The key goes with every request of an operation declared
+	// idempotent_verified, proven or not: its adapter requires one, and a
+	// key costs nothing. Only a proven contract lets a retry rely on it.
+	if contract == ContractIdempotentVerified || u.d.Providers.Contract(op) == ContractIdempotentVerified {
 		meta.IdempotencyKey = u.idempotencyKey(op)
 	}
 	if err := callFP(ctx, u.d.Failpoint, "before_provider_call"); err != nil {
@@ -100,6 +104,25 @@ func (c *paidCall) failed(err error) error {
 	c.u.pauseRate(c.ctx, c.rate, c.op, err)
 	c.done()
 	return c.u.callFailed(c.ctx, c.id, c.op, c.contract, err)
+}
+
+// contract is the contract op runs under now: the provider's declared one,
+// except that idempotent_verified needs a fresh proof (EffectiveContract).
+// It is looked up before every call, so a proof recorded or expired while
+// the worker runs counts from the next call on.
+func (u *unitRun) contract(ctx context.Context, op string) (Contract, error) {
+	p := u.d.Providers
+	declared := p.Contract(op)
+	if declared != ContractIdempotentVerified || u.d.Proofs == nil {
+		return declared, nil
+	}
+	latest, err := u.d.Proofs.LatestProof(ctx, &LatestProofParams{Provider: ProviderName(p, op), Op: op, Model: p.Model(op)})
+	found := err == nil
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return "", storeErr(err)
+	}
+	c, _ := EffectiveContract(declared, latest, found, u.d.Clock.Now(), cmp.Or(u.d.ProofMaxAge, DefaultProofMaxAge))
+	return c, nil
 }
 
 // idempotencyKey is stable for a (job, scene, operation): every retry of the

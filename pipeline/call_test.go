@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -306,5 +307,99 @@ func TestEngineMaybeBilledMessageNamesScene(t *testing.T) {
 	}
 	if !strings.Contains(o.ErrorMessage, "scene 1's speech") {
 		t.Fatalf("message %q does not name scene 1's speech", o.ErrorMessage)
+	}
+}
+
+// proofBook is a pipeline.ProofReader holding at most one proof; it
+// records what it was asked for.
+type proofBook struct {
+	mu    sync.Mutex
+	proof *pipeline.Proof
+	err   error
+	asked []pipeline.LatestProofParams
+}
+
+func (b *proofBook) LatestProof(_ context.Context, p *pipeline.LatestProofParams) (pipeline.Proof, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.asked = append(b.asked, *p)
+	switch {
+	case b.err != nil:
+		return pipeline.Proof{}, b.err
+	case b.proof == nil:
+		return pipeline.Proof{}, fmt.Errorf("proof of %s: %w", p.Op, pipeline.ErrNotFound)
+	}
+	return *b.proof, nil
+}
+
+// Issue 14: an operation declared idempotent_verified runs as such only
+// with a fresh proof of its (provider, operation, model). Without one, an
+// ambiguous failure of the call (here a panic in the adapter, an unknown
+// outcome) stops for a human as a sync call does, and the intent row says
+// sync; the key is still sent. With one, the call is retried.
+func TestIdempotentVerifiedNeedsAFreshProof(t *testing.T) {
+	t.Parallel()
+	proof := func(v pipeline.ProofVerdict, at time.Time) *pipeline.Proof {
+		return &pipeline.Proof{Verdict: v, ProvedAt: at, Calls: 2}
+	}
+	for _, tc := range []struct {
+		name     string
+		proof    *pipeline.Proof
+		err      error
+		want     pipeline.Status
+		wantCode string
+	}{
+		{"fresh proof", proof(pipeline.ProofIdempotent, t0.Add(-time.Hour)), nil, pipeline.StatusRetryWait, "provider_adapter_panic"},
+		{"no proof", nil, nil, pipeline.StatusNeedsReview, "provider_adapter_panic"},
+		{"expired proof", proof(pipeline.ProofIdempotent, t0.Add(-pipeline.DefaultProofMaxAge)), nil, pipeline.StatusNeedsReview, "provider_adapter_panic"},
+		{"proof from the future", proof(pipeline.ProofIdempotent, t0.Add(time.Minute)), nil, pipeline.StatusNeedsReview, "provider_adapter_panic"},
+		{"latest proof failed", proof(pipeline.ProofNotIdempotent, t0.Add(-time.Hour)), nil, pipeline.StatusNeedsReview, "provider_adapter_panic"},
+		{"proofs unreadable", nil, errors.New("database is locked"), pipeline.StatusRetryWait, "store_unavailable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			book := &proofBook{proof: tc.proof, err: tc.err}
+			h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers {
+				return &panicProviders{op: pipeline.OpImage, times: 1}
+			}), withConfig(func(ec *pipeline.EngineConfig) { ec.Proofs = book }))
+			const id = "v1-proof"
+			h.submit(id, board(img("a lantern", "a lantern in the rain", 600)))
+			_, o, err := h.attempt("render-v1", true)
+			if err != nil || o.Status != tc.want || o.ErrorCode != tc.wantCode {
+				t.Fatalf("outcome %+v %v; want %s %s", o, err, tc.want, tc.wantCode)
+			}
+			book.mu.Lock()
+			asked := book.asked
+			book.mu.Unlock()
+			want := pipeline.LatestProofParams{Provider: pipeline.ProviderName(h.prov, pipeline.OpImage), Op: pipeline.OpImage, Model: h.prov.Model(pipeline.OpImage)}
+			if len(asked) == 0 || asked[0] != want {
+				t.Fatalf("asked for proofs %+v; want %+v first", asked, want)
+			}
+			for _, a := range asked {
+				if a.Op != pipeline.OpImage {
+					t.Errorf("asked for a proof of %s, whose declared contract is not idempotent_verified", a.Op)
+				}
+			}
+			calls, err := h.store.ProviderCalls(context.Background(), id, 0, pipeline.OpImage)
+			if tc.err != nil {
+				if err != nil || len(calls) != 0 {
+					t.Fatalf("image calls %+v %v; want none when the proofs cannot be read", calls, err)
+				}
+				return
+			}
+			if err != nil || len(calls) != 1 || calls[0].IdempotencyKey == "" {
+				t.Fatalf("image calls %+v %v; want one, with its key", calls, err)
+			}
+			wantContract := pipeline.ContractSync
+			if tc.want == pipeline.StatusRetryWait {
+				wantContract = pipeline.ContractIdempotentVerified
+			}
+			if calls[0].Contract != wantContract {
+				t.Errorf("intent row contract %s; want %s", calls[0].Contract, wantContract)
+			}
+			if tc.want == pipeline.StatusNeedsReview && calls[0].Status != pipeline.CallAmbiguous {
+				t.Errorf("call status %s; want ambiguous", calls[0].Status)
+			}
+		})
 	}
 }

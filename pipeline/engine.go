@@ -76,6 +76,14 @@ type EngineConfig struct {
 	// RateLimits are the provider limits every worker shares (none when
 	// it has no Limits).
 	RateLimits RateLimits
+	// Proofs are the probes' proofs: an operation declared
+	// idempotent_verified runs as such only with a fresh one, and as
+	// ProofFallback otherwise (EffectiveContract). nil trusts every
+	// declared contract, for embedders and tests that prove their
+	// providers otherwise; edgepipe's processes always set it.
+	Proofs ProofReader
+	// ProofMaxAge is how long a proof is trusted (DefaultProofMaxAge).
+	ProofMaxAge time.Duration
 }
 
 // Metrics receives counters (api.Metrics implements it); nil discards.
@@ -375,7 +383,7 @@ func (e *Engine) runStages(ctx context.Context, a *attempt) (string, error) {
 		Store: e.cfg.Store, Objects: e.cfg.Objects, Providers: e.cfg.Providers, Clock: e.cfg.Clock,
 		Concurrency: e.cfg.UnitConcurrency, PollInterval: e.cfg.VideoPollInterval, VideoTimeout: e.cfg.VideoTimeout,
 		Failpoint: e.cfg.Failpoint, Metrics: e.cfg.Metrics, SpoolDir: e.cfg.SpoolDir, SpoolPatience: e.cfg.SpoolPatience,
-		Rate: e.cfg.RateLimits,
+		Rate: e.cfg.RateLimits, Proofs: e.cfg.Proofs, ProofMaxAge: e.cfg.ProofMaxAge,
 	}, a); err != nil {
 		return "", err
 	}

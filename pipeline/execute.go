@@ -36,6 +36,11 @@ type ExecuteDeps struct {
 	// while its spool file cannot be written (a full disk), before the
 	// call is given up as paid-but-lost.
 	SpoolPatience time.Duration
+	// Proofs holds the probes' proofs an idempotent_verified operation
+	// needs (EffectiveContract); nil trusts every declared contract.
+	Proofs ProofReader
+	// ProofMaxAge is how long a proof is trusted.
+	ProofMaxAge time.Duration
 }
 
 // Artifact names within a unit.
@@ -207,7 +212,11 @@ func (u *unitRun) reused(ctx context.Context, name, setKey string, adopted bool)
 // (keepPaid) before anything else happens.
 func (u *unitRun) syncCall(ctx context.Context, op string) (*answer, error) {
 	p := u.d.Providers
-	call, err := u.beginCall(ctx, op, p.Contract(op))
+	contract, err := u.contract(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	call, err := u.beginCall(ctx, op, contract)
 	if err != nil {
 		return nil, err
 	}
@@ -247,7 +256,10 @@ func (u *unitRun) syncCall(ctx context.Context, op string) (*answer, error) {
 // provider deletes its outputs after a while).
 func (u *unitRun) video(ctx context.Context) (*answer, error) {
 	p := u.d.Providers
-	contract := p.Contract(OpVideoSubmit)
+	contract, err := u.contract(ctx, OpVideoSubmit)
+	if err != nil {
+		return nil, err
+	}
 	ext, callID, err := u.submittedVideo(ctx)
 	if err != nil {
 		return nil, err

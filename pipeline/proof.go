@@ -116,6 +116,53 @@ type ListProofsParams struct {
 // DefaultProofListLimit is ListProofsParams.Limit's default.
 const DefaultProofListLimit = 100
 
+// MaxProofListLimit bounds ListProofsParams.Limit, the ceiling the other
+// listings (jobs, dead letters) keep. Unlike those, a limit outside
+// [0, MaxProofListLimit] is refused rather than clamped: the proofs are
+// read by an operator's command, which should say its flag is wrong
+// instead of quietly answering something else.
+const MaxProofListLimit = 500
+
+// Validate reports parameters no store can act on: the proof's Check, and
+// no parameters at all.
+func (p *RecordProofParams) Validate() error {
+	if p == nil {
+		return fmt.Errorf("%w: record proof needs parameters", ErrInvalidInput)
+	}
+	return p.Proof.Check()
+}
+
+// Validate reports a (provider, operation, model) with a part missing:
+// no proof can name it, so it is a caller's mistake, not ErrNotFound.
+func (p *LatestProofParams) Validate() error {
+	if p == nil || p.Provider == "" || p.Op == "" || p.Model == "" {
+		return fmt.Errorf("%w: the latest proof is of a provider, operation and model", ErrInvalidInput)
+	}
+	return nil
+}
+
+// EffectiveLimit is how many proofs ListProofs returns at most: Limit, or
+// DefaultProofListLimit when it is 0. No parameters, a negative limit or
+// one above MaxProofListLimit are ErrInvalidInput. Both drivers call it,
+// so the rule is written once.
+func (p *ListProofsParams) EffectiveLimit() (int, error) {
+	switch {
+	case p == nil:
+		return 0, fmt.Errorf("%w: list proofs needs parameters", ErrInvalidInput)
+	case p.Limit < 0 || p.Limit > MaxProofListLimit:
+		return 0, fmt.Errorf("%w: proof list limit %d, want 0 (default %d) to %d", ErrInvalidInput, p.Limit, DefaultProofListLimit, MaxProofListLimit)
+	case p.Limit == 0:
+		return DefaultProofListLimit, nil
+	}
+	return p.Limit, nil
+}
+
+// ProofReader is what the engine needs of the proofs: the latest one of
+// an operation.
+type ProofReader interface {
+	LatestProof(ctx context.Context, p *LatestProofParams) (Proof, error)
+}
+
 // ProofStore keeps the probes' proofs (both job-store drivers implement
 // it). LatestProof answers ErrNotFound when there is none.
 type ProofStore interface {

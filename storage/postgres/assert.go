@@ -11,4 +11,5 @@ var (
 	_ pipeline.SweepLedger      = (*Store)(nil)
 	_ pipeline.DeadLetterPurger = (*Store)(nil)
 	_ pipeline.RateLimitStore   = (*Store)(nil)
+	_ pipeline.ProofStore       = (*Store)(nil)
 )

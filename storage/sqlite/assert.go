@@ -9,3 +9,5 @@ var (
 )
 
 var _ pipeline.RateLimitStore = (*Store)(nil)
+
+var _ pipeline.ProofStore = (*Store)(nil)

@@ -111,4 +111,9 @@ var suite = []struct {
 	{"RatePauseBlocksEveryone", testRatePauseBlocksEveryone},
 	{"RateBucketSharedByTwoHandles", testRateBucketSharedByTwoHandles},
 	{"RateConcurrentTakersNeverExceedCapacity", testRateConcurrentTakersNeverExceedCapacity},
+	{"ProofRoundTrip", testProofRoundTrip},
+	{"LatestProof", testLatestProof},
+	{"RecordProofRefusesInvalid", testRecordProofRefusesInvalid},
+	{"ListProofs", testListProofs},
+	{"ListProofsDefaultLimit", testListProofsDefaultLimit},
 }

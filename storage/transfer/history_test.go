@@ -145,6 +145,13 @@ func buildHistory(t *testing.T) *history {
 	if err := st.AnnounceBindings(ctx, &pipeline.AnnounceBindingsParams{ProcessID: "proc-1", Role: "worker", Versions: []string{"v1", "v2"}}); err != nil {
 		t.Fatal(err)
 	}
+	// Two probes' proofs of one model: the history moves, not only the latest.
+	for _, v := range []pipeline.ProofVerdict{pipeline.ProofNotIdempotent, pipeline.ProofIdempotent} {
+		if _, err := st.RecordProof(ctx, &pipeline.RecordProofParams{Proof: pipeline.Proof{Provider: "fake", Op: "image", Model: "m1",
+			Verdict: v, Calls: 2, Detail: "same sha256, one charge", ProvedAt: clock.Now()}}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return h
 }
 

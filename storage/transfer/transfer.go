@@ -64,6 +64,7 @@ var Tables = []string{
 	"process_bindings",
 	"rate_buckets",
 	"rate_slots",
+	"provider_proofs",
 }
 
 // Source is a job store that can be read whole (both drivers).

@@ -42,7 +42,8 @@ func TestRoundTripSQLite(t *testing.T) {
 		t.Fatal(err)
 	}
 	if sum.Rows["jobs"] != 10 || sum.Rows["assets"] != 4 || sum.Rows["webhook_outbox"] != 2 || sum.Rows["dead_letters"] < 2 ||
-		sum.Rows["queue_messages"] == 0 || sum.Rows["process_bindings"] != 1 || sum.Rows["object_claims"] != 1 {
+		sum.Rows["queue_messages"] == 0 || sum.Rows["process_bindings"] != 1 || sum.Rows["object_claims"] != 1 ||
+		sum.Rows["provider_proofs"] != 2 {
 		t.Fatalf("imported %v", sum.Rows)
 	}
 	mustCheck(t, dst, h.objects, h.clock, "the target")
