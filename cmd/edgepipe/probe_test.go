@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -15,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"edgepipe/internal/app"
 	"edgepipe/pipeline"
 	"edgepipe/provider"
 	"edgepipe/provider/fake"
@@ -172,29 +170,46 @@ func TestProviderProbe(t *testing.T) {
 }
 
 // TestProviderProbeRecordsInTheJobStore runs the probe with the configured
-// SQLite store: while its driver does not keep proofs the probe refuses
-// before sending anything; once it does, the proof is recorded there and
-// provider proofs lists it.
+// job store (the embedded SQLite): the proofs of an idempotent and a
+// not_idempotent probe are recorded there and provider proofs lists them.
 func TestProviderProbeRecordsInTheJobStore(t *testing.T) {
 	t.Parallel()
-	srv, base := startProbeFake(t, false)
-	c := newTestCLI(t, "", provider.EnvURL, base)
-	err := c.provider(t.Context(), []string{"probe", "image", "--interval", "1ms", "--yes"})
-	if errors.Is(err, app.ErrNoProofStore) {
-		if exitCode(err) != exitError || srv.Ledger().Calls != 0 {
-			t.Errorf("exit %d, ledger %+v: want 1 and no call", exitCode(err), srv.Ledger())
-		}
-		return
-	}
-	if err != nil {
+	_, honest := startProbeFake(t, false)
+	srv, stripped := startProbeFake(t, true)
+	c := newTestCLI(t, "", provider.EnvURL, honest)
+	if err := c.provider(t.Context(), []string{"probe", "image", "--interval", "1ms", "--yes"}); err != nil {
 		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^proof 1 recorded at `).MatchString(c.out.String()) {
+		t.Errorf("probe:\n%s", c.out)
 	}
 	c.out.Reset()
 	if err := c.provider(t.Context(), []string{"proofs"}); err != nil {
 		t.Fatal(err)
 	}
 	if !regexp.MustCompile(`(?m)^http\s+image\s+fake-image-1\s+idempotent\s+\S+Z\s+\d+s\s+yes$`).MatchString(c.out.String()) {
-		t.Errorf("proofs:\n%s", c.out)
+		t.Errorf("proofs after an idempotent probe:\n%s", c.out)
+	}
+	// The same provider name and model, now behind a proxy that drops
+	// the key: the latest proof says not_idempotent and is not fresh.
+	c.env[provider.EnvURL] = stripped
+	c.out.Reset()
+	if err := c.provider(t.Context(), []string{"probe", "image", "--interval", "1ms", "--yes"}); exitCode(err) != exitNotIdempotent {
+		t.Fatalf("exit %d (%v), want %d", exitCode(err), err, exitNotIdempotent)
+	}
+	if srv.Ledger().Billed.Image != 2 {
+		t.Errorf("ledger %+v", srv.Ledger())
+	}
+	c.out.Reset()
+	if err := c.provider(t.Context(), []string{"proofs", "--limit", "1"}); err != nil {
+		t.Fatal(err)
+	}
+	if s := c.out.String(); !regexp.MustCompile(`(?m)^http\s+image\s+fake-image-1\s+not_idempotent\s+\S+Z\s+\d+s\s+no$`).MatchString(s) ||
+		strings.Count(s, "\n") != 2 {
+		t.Errorf("proofs after a not_idempotent probe:\n%s", s)
+	}
+	if err := c.provider(t.Context(), []string{"proofs", "--limit", "501"}); exitCode(err) != exitUsage {
+		t.Errorf("--limit 501: %v", err)
 	}
 }
 

@@ -156,11 +156,7 @@ func (e *cliEnv) providerProbe(ctx context.Context, args []string) error {
 		fmt.Fprintf(e.stdout, "edgepipe provider probe sends %s; rerun with --yes\n", plan)
 		return fmt.Errorf("%w: nothing sent: the probe spends money and needs --yes", errUsage)
 	}
-	// The proof must have somewhere to go before any money is spent.
-	store, err := e.proofStore(a)
-	if err != nil {
-		return err
-	}
+	store := e.proofStore(a)
 	fmt.Fprintf(e.stdout, "probe: sending %s\n", plan)
 	proof, err := a.Probe(ctx, t, store, provider.ProbeConfig{Interval: *interval, Clock: e.clock()})
 	if proof.Verdict == "" {
@@ -180,12 +176,12 @@ func (e *cliEnv) providerProbe(ctx context.Context, args []string) error {
 	return nil
 }
 
-// proofStore is the job store's proofs, or the test's.
-func (e *cliEnv) proofStore(a *app.App) (pipeline.ProofStore, error) {
+// proofStore is the job store (it keeps the proofs), or the test's.
+func (e *cliEnv) proofStore(a *app.App) pipeline.ProofStore {
 	if e.proofs != nil {
-		return e.proofs, nil
+		return e.proofs
 	}
-	return a.Proofs()
+	return a.Store
 }
 
 type clockFunc func() time.Time
@@ -207,15 +203,15 @@ FRESH (idempotent and younger than EDGEPIPE_PROOF_MAX_AGE, default 720h).
 An idempotent_verified operation without a fresh proof runs under sync.
 Calls no provider.`)
 	fs.SetOutput(e.stderr)
-	limit := fs.Int("limit", pipeline.DefaultProofListLimit, "list at most this many")
+	limit := fs.Int("limit", pipeline.DefaultProofListLimit, fmt.Sprintf("list at most this many (1 to %d)", pipeline.MaxProofListLimit))
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q (edgepipe provider proofs --help)", errUsage, fs.Arg(0))
 	}
-	if *limit <= 0 {
-		return fmt.Errorf("%w: --limit must be positive, got %d", errUsage, *limit)
+	if *limit <= 0 || *limit > pipeline.MaxProofListLimit {
+		return fmt.Errorf("%w: --limit must be 1 to %d, got %d", errUsage, pipeline.MaxProofListLimit, *limit)
 	}
 	cfg, log, err := e.loadConfig()
 	if err != nil {
@@ -226,11 +222,7 @@ Calls no provider.`)
 		return err
 	}
 	defer a.Close()
-	store, err := e.proofStore(a)
-	if err != nil {
-		return err
-	}
-	proofs, err := store.ListProofs(ctx, &pipeline.ListProofsParams{Limit: *limit})
+	proofs, err := e.proofStore(a).ListProofs(ctx, &pipeline.ListProofsParams{Limit: *limit})
 	if err != nil {
 		return err
 	}

@@ -27,6 +27,7 @@ type JobStore interface {
 	pipeline.PresenceStore
 	pipeline.DeadLetterPurger
 	pipeline.RateLimitStore
+	pipeline.ProofStore
 	api.Store
 	api.QueueStats
 	check.Store

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,19 +9,6 @@ import (
 	"edgepipe/pipeline"
 	"edgepipe/provider"
 )
-
-// ErrNoProofStore: the configured job store does not keep probes' proofs.
-var ErrNoProofStore = errors.New("this job store keeps no proofs")
-
-// Proofs is the job store's record of probes. Both drivers are to implement
-// pipeline.ProofStore; until this build's do, the assertion answers
-// ErrNoProofStore, which a probe meets before it spends anything.
-func (a *App) Proofs() (pipeline.ProofStore, error) {
-	if ps, ok := a.Store.(pipeline.ProofStore); ok {
-		return ps, nil
-	}
-	return nil, fmt.Errorf("%w: the %s job store of this build does not implement it", ErrNoProofStore, a.Cfg.DatabaseKind())
-}
 
 // ProbeTarget is the provider a probe would call, built with this
 // configuration.
