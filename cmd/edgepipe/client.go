@@ -66,6 +66,9 @@ type cliEnv struct {
 	reconnectMax   time.Duration
 	streamIdle     time.Duration
 	now            func() time.Time
+	// proofs replaces the job store's proofs (provider probe, proofs);
+	// nil means the configured store's.
+	proofs pipeline.ProofStore
 }
 
 func osEnv() *cliEnv {

@@ -44,7 +44,7 @@ func TestProviderCommandErrors(t *testing.T) {
 	if err := providerContracts(&out, func(string) string { return "" }, []string{"extra"}); !errors.Is(err, errUsage) {
 		t.Errorf("extra argument: %v", err)
 	}
-	if err := providerCmd(t.Context(), []string{"probe"}); !errors.Is(err, errUsage) || !strings.Contains(err.Error(), `"probe"`) {
+	if err := providerCmd(t.Context(), []string{"nope"}); !errors.Is(err, errUsage) || !strings.Contains(err.Error(), `"nope"`) {
 		t.Errorf("unknown subcommand: %v", err)
 	}
 }
