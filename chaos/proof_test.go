@@ -76,8 +76,8 @@ func TestUnprovenImageKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j := js[0]; j.Status != "needs_review" || j.Error == nil || j.Error.Code != "provider_outcome_unknown" {
-		t.Fatalf("job %s is %s, want needs_review provider_outcome_unknown (an unproven key is not retried):%s", j.ID, j.Status, problems(js))
+	if j := js[0]; j.Status != "needs_review" || j.Error == nil || j.Error.Code != "provider_server_error" {
+		t.Fatalf("job %s is %s, want needs_review provider_server_error (an unproven key is not retried):%s", j.ID, j.Status, problems(js))
 	}
 	if !strings.Contains(sp.log(), "is not proven") {
 		t.Errorf("start-up did not warn that the image key is unproven:\n%s", tail(sp.log(), 20))
