@@ -176,7 +176,7 @@ func probeCall(ctx context.Context, p pipeline.Providers, op string, meta pipeli
 	var err error
 	switch op {
 	case pipeline.OpImage:
-		m, err = p.GenerateImage(ctx, meta, pipeline.ImageRequest{Prompt: probePrompt, Width: probeImageSide, Height: probeImageSide})
+		m, err = p.GenerateImage(ctx, meta, pipeline.ImageRequest{Prompt: probePrompt, Width: probeImageSide, Height: probeImageSide, Model: p.Model(op)})
 	case pipeline.OpSpeech:
 		m, err = p.Synthesize(ctx, meta, pipeline.SpeechRequest{Text: probeSpeechText})
 	case pipeline.OpVideoSubmit:
