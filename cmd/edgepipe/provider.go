@@ -135,11 +135,7 @@ func (e *cliEnv) providerProbe(ctx context.Context, args []string) error {
 	if *interval <= 0 {
 		return fmt.Errorf("%w: --interval must be positive, got %s", errUsage, *interval)
 	}
-	cfg, log, err := e.loadConfig()
-	if err != nil {
-		return err
-	}
-	a, err := app.Open(ctx, cfg, log)
+	a, err := e.openApp(ctx)
 	if err != nil {
 		return err
 	}
@@ -172,11 +168,21 @@ func (e *cliEnv) providerProbe(ctx context.Context, args []string) error {
 			proof.Op, proof.Provider, pipeline.ProofFallback)}
 	}
 	fmt.Fprintf(e.stdout, "%s on %s runs under %s until %s (EDGEPIPE_PROOF_MAX_AGE %s)\n", proof.Op, proof.Provider,
-		pipeline.ContractIdempotentVerified, proof.ProvedAt.Add(cfg.ProofMaxAge).UTC().Format(time.RFC3339), cfg.ProofMaxAge)
+		pipeline.ContractIdempotentVerified, proof.ProvedAt.Add(a.Cfg.ProofMaxAge).UTC().Format(time.RFC3339), a.Cfg.ProofMaxAge)
 	return nil
 }
 
 // proofStore is the job store (it keeps the proofs), or the test's.
+// openApp opens the configured stores for a one-shot command; the caller
+// closes it.
+func (e *cliEnv) openApp(ctx context.Context) (*app.App, error) {
+	cfg, log, err := e.loadConfig()
+	if err != nil {
+		return nil, err
+	}
+	return app.Open(ctx, cfg, log)
+}
+
 func (e *cliEnv) proofStore(a *app.App) pipeline.ProofStore {
 	if e.proofs != nil {
 		return e.proofs
@@ -213,11 +219,7 @@ Calls no provider.`)
 	if *limit <= 0 || *limit > pipeline.MaxProofListLimit {
 		return fmt.Errorf("%w: --limit must be 1 to %d, got %d", errUsage, pipeline.MaxProofListLimit, *limit)
 	}
-	cfg, log, err := e.loadConfig()
-	if err != nil {
-		return err
-	}
-	a, err := app.Open(ctx, cfg, log)
+	a, err := e.openApp(ctx)
 	if err != nil {
 		return err
 	}
@@ -235,7 +237,7 @@ Calls no provider.`)
 	fmt.Fprintln(tw, "PROVIDER\tOP\tMODEL\tVERDICT\tPROVED_AT\tAGE\tFRESH")
 	for _, p := range proofs {
 		fresh := "no"
-		if p.Fresh(now, cfg.ProofMaxAge) {
+		if p.Fresh(now, a.Cfg.ProofMaxAge) {
 			fresh = "yes"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Provider, p.Op, p.Model, p.Verdict,

@@ -197,23 +197,30 @@ func TestWebhookSecretFileChecks(t *testing.T) {
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
+// openLogging opens an App on a new data directory with env, logging into
+// the returned buffer, and a fake-kind provider client (nothing listens at
+// its address: the tests only read its names and contracts).
+func openLogging(t *testing.T, env map[string]string) (*App, *bytes.Buffer, *provider.HTTP) {
+	t.Helper()
+	logs := &bytes.Buffer{}
+	a, err := Open(t.Context(), testConfig(t, t.TempDir(), env), slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	prov, err := provider.New(provider.Config{BaseURL: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, logs, prov
+}
+
 // The engine's limiter is the job store with the configured limits; a slot
 // outlives twice the provider timeout; a limit naming a provider that does
 // not serve its operation here is logged. No limits: no limiter at all.
 func TestRateLimitsWiring(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	cfg := testConfig(t, dir, map[string]string{EnvRateLimits: "http:image=60/min:4,workers-ai:speech=5/s", "EDGEPIPE_PROVIDER_TIMEOUT": "10m"})
-	var logs bytes.Buffer
-	a, err := Open(t.Context(), cfg, slog.New(slog.NewTextHandler(&logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	prov, err := provider.New(provider.Config{BaseURL: "http://127.0.0.1:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, logs, prov := openLogging(t, map[string]string{EnvRateLimits: "http:image=60/min:4,workers-ai:speech=5/s", "EDGEPIPE_PROVIDER_TIMEOUT": "10m"})
 	r := a.rateLimits(prov)
 	if r.Store != a.Store || len(r.Limits) != 2 || r.SlotTTL != 20*time.Minute {
 		t.Fatalf("limiter %+v", r)
@@ -273,17 +280,7 @@ func TestRunStartFailureLeavesNothingServing(t *testing.T) {
 // in the job store (EDGEPIPE_PROOF_MAX_AGE).
 func TestLogContractNeedsAFreshProof(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig(t, t.TempDir(), map[string]string{EnvProofMaxAge: "2h"})
-	var logs bytes.Buffer
-	a, err := Open(t.Context(), cfg, slog.New(slog.NewTextHandler(&logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	prov, err := provider.New(provider.Config{BaseURL: "http://127.0.0.1:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, logs, prov := openLogging(t, map[string]string{EnvProofMaxAge: "2h"})
 	logged := func() string {
 		logs.Reset()
 		a.logContract(t.Context(), prov, pipeline.OpImage)
