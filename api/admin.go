@@ -3,6 +3,7 @@ package api
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"html/template"
 	"io"
@@ -314,9 +315,20 @@ type adminPageData struct {
 	Listed     []AdminJob
 	MoreListed bool
 	// Proofs are the probes' latest proofs; ProofMaxAge is how long one
-	// is trusted.
+	// is trusted; ProofsErr says they could not be read.
 	Proofs      []proofRow
 	ProofMaxAge time.Duration
+	ProofsErr   bool
+	// Operations say under which contract each routed operation runs.
+	Operations []operationRow
+}
+
+// operationRow is a routed operation and the contract it runs under now.
+type operationRow struct {
+	RoutedOperation
+	Effective pipeline.Contract
+	Why       string
+	Unproven  bool
 }
 
 // proofRow is one proof on the operations page: Trusted when it lets its
@@ -460,15 +472,40 @@ func (s *Server) adminPage(c echo.Context) error {
 		data.Listed = append(data.Listed, s.adminJob(c, j))
 	}
 	data.MoreListed = nextListed.ID != ""
+	s.proofSection(ctx, &data)
+	return s.renderPage(c, "admin.html", data)
+}
+
+// proofSection fills the page's provider contracts: the contract each
+// routed operation runs under now and the latest proofs. Proofs that
+// cannot be read cost this section, not the page: the operator still
+// needs the rest of it.
+func (s *Server) proofSection(ctx context.Context, data *adminPageData) {
+	data.ProofMaxAge = cmp.Or(s.cfg.ProofMaxAge, pipeline.DefaultProofMaxAge)
+	for _, o := range s.cfg.Operations {
+		row := operationRow{RoutedOperation: o, Effective: o.Declared, Why: "declared"}
+		if o.Declared == pipeline.ContractIdempotentVerified {
+			latest, err := s.cfg.Store.LatestProof(ctx, &pipeline.LatestProofParams{Provider: o.Provider, Op: o.Op, Model: o.Model, Endpoint: o.Endpoint})
+			if err != nil && !errors.Is(err, pipeline.ErrNotFound) {
+				s.log.Warn("operations page: proofs unreadable", "err", err)
+				data.ProofsErr = true
+				row.Effective, row.Why = pipeline.ProofFallback, "proofs unreadable"
+			} else {
+				row.Effective, row.Why = pipeline.EffectiveContract(o.Declared, latest, err == nil, data.Now, data.ProofMaxAge)
+			}
+			row.Unproven = row.Effective != o.Declared
+		}
+		data.Operations = append(data.Operations, row)
+	}
 	proofs, err := s.cfg.Store.ListProofs(ctx, &pipeline.ListProofsParams{})
 	if err != nil {
-		return err
+		s.log.Warn("operations page: proofs unreadable", "err", err)
+		data.ProofsErr = true
+		return
 	}
-	data.ProofMaxAge = cmp.Or(s.cfg.ProofMaxAge, pipeline.DefaultProofMaxAge)
 	for _, p := range proofs {
 		data.Proofs = append(data.Proofs, proofRow{Proof: p, Trusted: p.Fresh(data.Now, data.ProofMaxAge)})
 	}
-	return s.renderPage(c, "admin.html", data)
 }
 
 var templateFuncs = template.FuncMap{

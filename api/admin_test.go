@@ -267,7 +267,22 @@ func TestAdminPageAndForms(t *testing.T) {
 // proof that failed, leaves the operation running as sync (issue 14).
 func TestAdminPageProofs(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *Config) { c.ProofMaxAge = 48 * time.Hour })
+	e := newEnv(t, func(c *Config) {
+		c.ProofMaxAge = 48 * time.Hour
+		c.Operations = []RoutedOperation{
+			{Op: "image", Kind: "fake", Provider: "http", Model: "fresh-model", Endpoint: "in-process", Declared: pipeline.ContractIdempotentVerified},
+			{Op: "speech", Kind: "fake", Provider: "http", Model: "tts-model", Endpoint: "in-process", Declared: pipeline.ContractSync},
+		}
+	})
+	// opRow is the routed operation's row of the page.
+	opRow := func(t *testing.T, p, op string) string {
+		t.Helper()
+		i := strings.Index(p, "<td>"+op+"</td><td>http")
+		if i < 0 {
+			t.Fatalf("the page has no row for the routed operation %s", op)
+		}
+		return p[i : i+strings.Index(p[i:], "</tr>")]
+	}
 	page := func() string {
 		t.Helper()
 		w := e.do(t, req{method: http.MethodGet, path: "/admin", hdr: map[string]string{"Authorization": basic("alice", tokAdmin)}})
@@ -276,25 +291,45 @@ func TestAdminPageProofs(t *testing.T) {
 		}
 		return w.Body.String()
 	}
-	if p := page(); !strings.Contains(p, "No proof yet: every operation declared idempotent_verified runs as sync") {
+	p0 := page()
+	if !strings.Contains(p0, "No proof yet: every operation declared idempotent_verified runs as sync") {
 		t.Error("the page does not say that nothing is proven")
+	}
+	if r := opRow(t, p0, "image"); !strings.Contains(r, "sync: unproven") || !strings.Contains(r, "no proof") {
+		t.Errorf("image without a proof: %q", r)
+	}
+	if r := opRow(t, p0, "speech"); !strings.Contains(r, "<b>sync</b>") || strings.Contains(r, "unproven") {
+		t.Errorf("speech is sync as declared: %q", r)
+	}
+	// A proof of the same provider, operation and model at another
+	// endpoint proves nothing here.
+	other := pipeline.Proof{Provider: "http", Op: "image", Model: "fresh-model", Endpoint: "http://staging:9000", Verdict: pipeline.ProofIdempotent,
+		Calls: 3, ProvedAt: e.clock.Now().Add(-time.Minute)}
+	if _, err := e.store.RecordProof(context.Background(), &pipeline.RecordProofParams{Proof: other}); err != nil {
+		t.Fatal(err)
+	}
+	if r := opRow(t, page(), "image"); !strings.Contains(r, "sync: unproven") {
+		t.Errorf("image with a proof of another endpoint only: %q", r)
 	}
 	now := e.clock.Now()
 	for _, p := range []pipeline.Proof{
-		{Provider: "http", Op: "image", Model: "fresh-model", Verdict: pipeline.ProofIdempotent, Calls: 2, Detail: "same sha256 ab12", ProvedAt: now.Add(-time.Hour)},
-		{Provider: "http", Op: "image", Model: "old-model", Verdict: pipeline.ProofIdempotent, Calls: 2, Detail: "same sha256 cd34", ProvedAt: now.Add(-72 * time.Hour)},
-		{Provider: "http", Op: "speech", Model: "failed-model", Verdict: pipeline.ProofNotIdempotent, Calls: 2, Detail: "billed 2", ProvedAt: now.Add(-time.Hour)},
+		{Provider: "http", Op: "image", Model: "fresh-model", Endpoint: "in-process", Verdict: pipeline.ProofIdempotent, Calls: 2, Detail: "same sha256 ab12", ProvedAt: now.Add(-time.Hour)},
+		{Provider: "http", Op: "image", Model: "old-model", Endpoint: "in-process", Verdict: pipeline.ProofIdempotent, Calls: 2, Detail: "same sha256 cd34", ProvedAt: now.Add(-72 * time.Hour)},
+		{Provider: "http", Op: "speech", Model: "failed-model", Endpoint: "in-process", Verdict: pipeline.ProofNotIdempotent, Calls: 2, Detail: "billed 2", ProvedAt: now.Add(-time.Hour)},
 	} {
 		if _, err := e.store.RecordProof(context.Background(), &pipeline.RecordProofParams{Proof: p}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	p := page()
+	if r := opRow(t, p, "image"); !strings.Contains(r, "<b>idempotent_verified</b>") || !strings.Contains(r, "proven") {
+		t.Errorf("image with a fresh proof: %q", r)
+	}
 	if !strings.Contains(p, "younger than 48h0m0s") {
 		t.Error("the page does not give the configured proof age")
 	}
 	for model, want := range map[string]string{"fresh-model": "<td>yes</td>", "old-model": "no: runs as sync", "failed-model": "no: runs as sync"} {
-		i := strings.Index(p, model)
+		i := strings.Index(p, "</td><td><code>"+model+"</code></td><td><code>in-process</code></td>\n    <td><b>")
 		if i < 0 {
 			t.Fatalf("the page does not list the proof of %s", model)
 		}

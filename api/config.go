@@ -73,6 +73,17 @@ type Config struct {
 	// ProofMaxAge is how long a probe's proof is trusted, for the
 	// operations page. Default pipeline.DefaultProofMaxAge.
 	ProofMaxAge time.Duration
+	// Operations are the provider operations as this deployment routes
+	// them: the operations page says under which contract each runs now.
+	Operations []RoutedOperation
+}
+
+// RoutedOperation is one provider operation as the deployment routes it.
+type RoutedOperation struct {
+	Op, Kind, Provider, Model, Endpoint string
+	// Declared is the adapter's declared contract; an idempotent_verified
+	// one holds only with a fresh proof (pipeline.EffectiveContract).
+	Declared pipeline.Contract
 }
 
 // DefaultSSEMaxAge is how long an event stream lives before the server

@@ -49,6 +49,7 @@ type Store interface {
 	// ListProofs lists the latest proof of every (provider, operation,
 	// model), for the operations page.
 	ListProofs(ctx context.Context, p *pipeline.ListProofsParams) ([]pipeline.Proof, error)
+	LatestProof(ctx context.Context, p *pipeline.LatestProofParams) (pipeline.Proof, error)
 	Ping(ctx context.Context) error
 }
 

@@ -113,10 +113,14 @@ func (c *paidCall) failed(err error) error {
 func (u *unitRun) contract(ctx context.Context, op string) (Contract, error) {
 	p := u.d.Providers
 	declared := p.Contract(op)
-	if declared != ContractIdempotentVerified || u.d.Proofs == nil {
+	switch {
+	case declared != ContractIdempotentVerified:
 		return declared, nil
+	case u.d.Proofs == nil:
+		return ProofFallback, nil // no proofs to read: fail closed
 	}
-	latest, err := u.d.Proofs.LatestProof(ctx, &LatestProofParams{Provider: ProviderName(p, op), Op: op, Model: p.Model(op)})
+	latest, err := u.d.Proofs.LatestProof(ctx, &LatestProofParams{Provider: ProviderName(p, op), Op: op, Model: p.Model(op),
+		Endpoint: ProviderEndpoint(p, op)})
 	found := err == nil
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return "", storeErr(err)

@@ -310,6 +310,9 @@ func TestEngineMaybeBilledMessageNamesScene(t *testing.T) {
 	}
 }
 
+// errNoProofs marks the case of an engine configured without proofs.
+var errNoProofs = errors.New("no proofs configured")
+
 // proofBook is a pipeline.ProofReader holding at most one proof; it
 // records what it was asked for.
 type proofBook struct {
@@ -355,13 +358,18 @@ func TestIdempotentVerifiedNeedsAFreshProof(t *testing.T) {
 		{"proof from the future", proof(pipeline.ProofIdempotent, t0.Add(time.Minute)), nil, pipeline.StatusNeedsReview, "provider_adapter_panic"},
 		{"latest proof failed", proof(pipeline.ProofNotIdempotent, t0.Add(-time.Hour)), nil, pipeline.StatusNeedsReview, "provider_adapter_panic"},
 		{"proofs unreadable", nil, errors.New("database is locked"), pipeline.StatusRetryWait, "store_unavailable"},
+		{"no proofs configured", nil, errNoProofs, pipeline.StatusNeedsReview, "provider_adapter_panic"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			book := &proofBook{proof: tc.proof, err: tc.err}
 			h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers {
 				return &panicProviders{op: pipeline.OpImage, times: 1}
-			}), withConfig(func(ec *pipeline.EngineConfig) { ec.Proofs = book }))
+			}), withConfig(func(ec *pipeline.EngineConfig) {
+				if ec.Proofs = book; tc.err == errNoProofs {
+					ec.Proofs = nil // fails closed: unproven
+				}
+			}))
 			const id = "v1-proof"
 			h.submit(id, board(img("a lantern", "a lantern in the rain", 600)))
 			_, o, err := h.attempt("render-v1", true)
@@ -371,7 +379,12 @@ func TestIdempotentVerifiedNeedsAFreshProof(t *testing.T) {
 			book.mu.Lock()
 			asked := book.asked
 			book.mu.Unlock()
-			want := pipeline.LatestProofParams{Provider: pipeline.ProviderName(h.prov, pipeline.OpImage), Op: pipeline.OpImage, Model: h.prov.Model(pipeline.OpImage)}
+			if tc.err == errNoProofs {
+				asked = []pipeline.LatestProofParams{{Provider: pipeline.ProviderName(h.prov, pipeline.OpImage), Op: pipeline.OpImage,
+					Model: h.prov.Model(pipeline.OpImage), Endpoint: pipeline.ProviderEndpoint(h.prov, pipeline.OpImage)}}
+			}
+			want := pipeline.LatestProofParams{Provider: pipeline.ProviderName(h.prov, pipeline.OpImage), Op: pipeline.OpImage, Model: h.prov.Model(pipeline.OpImage),
+				Endpoint: pipeline.ProviderEndpoint(h.prov, pipeline.OpImage)}
 			if len(asked) == 0 || asked[0] != want {
 				t.Fatalf("asked for proofs %+v; want %+v first", asked, want)
 			}
@@ -381,7 +394,7 @@ func TestIdempotentVerifiedNeedsAFreshProof(t *testing.T) {
 				}
 			}
 			calls, err := h.store.ProviderCalls(context.Background(), id, 0, pipeline.OpImage)
-			if tc.err != nil {
+			if tc.err != nil && tc.err != errNoProofs {
 				if err != nil || len(calls) != 0 {
 					t.Fatalf("image calls %+v %v; want none when the proofs cannot be read", calls, err)
 				}

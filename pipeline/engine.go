@@ -78,9 +78,10 @@ type EngineConfig struct {
 	RateLimits RateLimits
 	// Proofs are the probes' proofs: an operation declared
 	// idempotent_verified runs as such only with a fresh one, and as
-	// ProofFallback otherwise (EffectiveContract). nil trusts every
+	// ProofFallback otherwise (EffectiveContract); nil reads none, so every
+	// such operation runs as ProofFallback. TrustDeclared trusts every
 	// declared contract, for embedders and tests that prove their
-	// providers otherwise; edgepipe's processes always set it.
+	// providers otherwise.
 	Proofs ProofReader
 	// ProofMaxAge is how long a proof is trusted (DefaultProofMaxAge).
 	ProofMaxAge time.Duration

@@ -37,7 +37,7 @@ type ExecuteDeps struct {
 	// call is given up as paid-but-lost.
 	SpoolPatience time.Duration
 	// Proofs holds the probes' proofs an idempotent_verified operation
-	// needs (EffectiveContract); nil trusts every declared contract.
+	// needs (EffectiveContract); without it none runs as such.
 	Proofs ProofReader
 	// ProofMaxAge is how long a proof is trusted.
 	ProofMaxAge time.Duration

@@ -78,7 +78,7 @@ func newHarness(t *testing.T, opts ...harnessOpt) *harness {
 		Store: h.store, Objects: h.objs, Renderers: stubRenderers, Clock: h.clock,
 		Retry:   pipeline.RetryPolicy{Base: time.Second, Cap: 10 * time.Second, MaxAttempts: 5},
 		TempDir: dir, SpoolDir: filepath.Join(dir, "spool"), UnitConcurrency: 3, VideoPollInterval: 5 * time.Millisecond, Logger: testLogger(t),
-		Failpoint: h.fp.fire,
+		Failpoint: h.fp.fire, Proofs: pipeline.TrustDeclared{Clock: h.clock},
 	}
 	for _, o := range opts {
 		o(&ec, &fc)

@@ -27,6 +27,11 @@ const (
 	ProofNotIdempotent ProofVerdict = "not_idempotent"
 )
 
+// ProbeUnitPrefix starts the unit id of every request a probe sends: the
+// provider bills them to no job, so edgepipe check leaves them out of its
+// comparison with the provider's ledger (the proof records what they cost).
+const ProbeUnitPrefix = "probe/"
+
 // DefaultProofMaxAge is how long a proof is trusted (30 days): providers
 // change their servers, and a proof that old is re-run.
 const DefaultProofMaxAge = 30 * 24 * time.Hour
@@ -39,12 +44,20 @@ const ProofFallback = ContractSync
 // MaxProofDetail bounds a proof's detail text.
 const MaxProofDetail = 1000
 
-// Proof is one dated probe of a (provider, operation, model).
+// MaxProofEndpoint bounds a proof's endpoint.
+const MaxProofEndpoint = 500
+
+// Proof is one dated probe of a (provider, operation, model) at one
+// endpoint.
 type Proof struct {
 	ID       int64
 	Provider string
 	Op       string
 	Model    string
+	// Endpoint is where the probe sent its requests (ProviderEndpoint):
+	// a proof of one server says nothing about another behind the same
+	// provider name (a staging URL, a gateway).
+	Endpoint string
 	Verdict  ProofVerdict
 	// Calls is how many billable requests the probe sent.
 	Calls int
@@ -56,8 +69,10 @@ type Proof struct {
 // Check validates a proof before it is recorded.
 func (p Proof) Check() error {
 	switch {
-	case p.Provider == "" || p.Op == "" || p.Model == "":
-		return fmt.Errorf("%w: a proof names its provider, operation and model", ErrInvalidInput)
+	case p.Provider == "" || p.Op == "" || p.Model == "" || p.Endpoint == "":
+		return fmt.Errorf("%w: a proof names its provider, operation, model and endpoint", ErrInvalidInput)
+	case len(p.Endpoint) > MaxProofEndpoint:
+		return fmt.Errorf("%w: proof endpoint is %d bytes, at most %d", ErrInvalidInput, len(p.Endpoint), MaxProofEndpoint)
 	case p.Verdict != ProofIdempotent && p.Verdict != ProofNotIdempotent:
 		return fmt.Errorf("%w: proof verdict %q", ErrInvalidInput, p.Verdict)
 	case p.Calls < 0:
@@ -100,14 +115,17 @@ type RecordProofParams struct {
 	Proof Proof
 }
 
-// LatestProofParams names the (provider, operation, model) whose latest
-// proof is wanted.
+// LatestProofParams names the (provider, operation, model, endpoint)
+// whose latest proof is wanted. The latest is the one recorded last (the
+// greatest id): the order the job store saw the probes in, not the dates
+// their hosts' clocks gave them, so a newer verdict always wins and a proof
+// dated in the future by a skewed clock is replaced by the next probe.
 type LatestProofParams struct {
-	Provider, Op, Model string
+	Provider, Op, Model, Endpoint string
 }
 
 // ListProofsParams lists the latest proof of every (provider, operation,
-// model), newest first, at most Limit of them (DefaultProofListLimit
+// model, endpoint), the last recorded first, at most Limit of them (DefaultProofListLimit
 // when 0).
 type ListProofsParams struct {
 	Limit int
@@ -135,8 +153,8 @@ func (p *RecordProofParams) Validate() error {
 // Validate reports a (provider, operation, model) with a part missing:
 // no proof can name it, so it is a caller's mistake, not ErrNotFound.
 func (p *LatestProofParams) Validate() error {
-	if p == nil || p.Provider == "" || p.Op == "" || p.Model == "" {
-		return fmt.Errorf("%w: the latest proof is of a provider, operation and model", ErrInvalidInput)
+	if p == nil || p.Provider == "" || p.Op == "" || p.Model == "" || p.Endpoint == "" {
+		return fmt.Errorf("%w: the latest proof is of a provider, operation, model and endpoint", ErrInvalidInput)
 	}
 	return nil
 }
@@ -161,6 +179,24 @@ func (p *ListProofsParams) EffectiveLimit() (int, error) {
 // an operation.
 type ProofReader interface {
 	LatestProof(ctx context.Context, p *LatestProofParams) (Proof, error)
+}
+
+// TrustDeclared is a ProofReader under which every declared contract
+// holds: each lookup answers a proof dated now. It is for embedders and
+// tests whose providers are proven some other way; edgepipe's processes
+// read the job store's proofs.
+type TrustDeclared struct {
+	Clock Clock
+}
+
+// LatestProof implements ProofReader.
+func (t TrustDeclared) LatestProof(_ context.Context, p *LatestProofParams) (Proof, error) {
+	var c Clock = SystemClock{}
+	if t.Clock != nil {
+		c = t.Clock
+	}
+	return Proof{Provider: p.Provider, Op: p.Op, Model: p.Model, Endpoint: p.Endpoint, Verdict: ProofIdempotent,
+		Detail: "trusted as declared (pipeline.TrustDeclared)", ProvedAt: c.Now()}, nil
 }
 
 // ProofStore keeps the probes' proofs (both job-store drivers implement

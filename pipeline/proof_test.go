@@ -52,7 +52,7 @@ func TestEffectiveContract(t *testing.T) {
 
 func TestProofCheck(t *testing.T) {
 	t.Parallel()
-	good := pipeline.Proof{Provider: "http", Op: pipeline.OpImage, Model: "m", Verdict: pipeline.ProofIdempotent, Calls: 2,
+	good := pipeline.Proof{Provider: "http", Op: pipeline.OpImage, Model: "m", Endpoint: "https://p.example/v1", Verdict: pipeline.ProofIdempotent, Calls: 2,
 		Detail: "same bytes", ProvedAt: time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)}
 	if err := good.Check(); err != nil {
 		t.Fatal(err)
@@ -61,6 +61,8 @@ func TestProofCheck(t *testing.T) {
 		"no provider":   func(p *pipeline.Proof) { p.Provider = "" },
 		"no op":         func(p *pipeline.Proof) { p.Op = "" },
 		"no model":      func(p *pipeline.Proof) { p.Model = "" },
+		"no endpoint":   func(p *pipeline.Proof) { p.Endpoint = "" },
+		"long endpoint": func(p *pipeline.Proof) { p.Endpoint = strings.Repeat("e", pipeline.MaxProofEndpoint+1) },
 		"bad verdict":   func(p *pipeline.Proof) { p.Verdict = "maybe" },
 		"no verdict":    func(p *pipeline.Proof) { p.Verdict = "" },
 		"negative":      func(p *pipeline.Proof) { p.Calls = -1 },
@@ -77,5 +79,26 @@ func TestProofCheck(t *testing.T) {
 	p.Detail, p.Verdict = strings.Repeat("x", pipeline.MaxProofDetail), pipeline.ProofNotIdempotent
 	if err := p.Check(); err != nil {
 		t.Errorf("a detail of exactly MaxProofDetail bytes: %v", err)
+	}
+}
+
+// endpointNamed names its endpoint per operation (as provider.Routed does).
+type endpointNamed struct {
+	pipeline.Providers
+	byOp map[string]string
+}
+
+func (e endpointNamed) Endpoint(op string) string { return e.byOp[op] }
+
+func TestProviderEndpoint(t *testing.T) {
+	t.Parallel()
+	p := endpointNamed{byOp: map[string]string{pipeline.OpImage: "https://img.example/v1"}}
+	for op, want := range map[string]string{pipeline.OpImage: "https://img.example/v1", pipeline.OpSpeech: pipeline.UnnamedEndpoint} {
+		if got := pipeline.ProviderEndpoint(p, op); got != want {
+			t.Errorf("ProviderEndpoint(%s) = %q, want %q", op, got, want)
+		}
+	}
+	if got := pipeline.ProviderEndpoint(struct{ pipeline.Providers }{}, pipeline.OpImage); got != pipeline.UnnamedEndpoint {
+		t.Errorf("a provider naming no endpoint: %q", got)
 	}
 }

@@ -141,6 +141,27 @@ func ProviderName(p Providers, op string) string {
 	return p.Name()
 }
 
+// EndpointNamer is implemented by a Providers that can say where it sends
+// op's requests (an API base URL, "in-process" for edgepipe's own fake):
+// the identity a probe's proof is recorded and looked up under.
+type EndpointNamer interface {
+	Endpoint(op string) string
+}
+
+// UnnamedEndpoint is the endpoint of a Providers that names none.
+const UnnamedEndpoint = "unnamed"
+
+// ProviderEndpoint is where p sends op's requests: EndpointNamer's answer,
+// or UnnamedEndpoint.
+func ProviderEndpoint(p Providers, op string) string {
+	if n, ok := p.(EndpointNamer); ok {
+		if e := n.Endpoint(op); e != "" {
+			return e
+		}
+	}
+	return UnnamedEndpoint
+}
+
 type Providers interface {
 	// Name identifies the provider set (for the intent log).
 	Name() string

@@ -58,6 +58,10 @@ type Config struct {
 	Models map[string]string
 	// Name is what Name reports for the intent log ("" = DefaultName).
 	Name string
+	// Endpoint names the server in probes' proofs (Endpoint; "" = BaseURL
+	// without credentials). internal/app names its in-process fake
+	// "in-process", whose port changes at every start.
+	Endpoint string
 	// Clock dates a Retry-After given as an HTTP date when the response has
 	// no usable Date header (nil = the system clock).
 	Clock pipeline.Clock

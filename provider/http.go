@@ -60,7 +60,27 @@ type HTTP struct {
 	log                *slog.Logger
 }
 
-var _ pipeline.Providers = (*HTTP)(nil)
+var (
+	_ pipeline.Providers     = (*HTTP)(nil)
+	_ pipeline.EndpointNamer = (*HTTP)(nil)
+)
+
+// Endpoint is where the adapter sends every operation (Config.Endpoint, or
+// the base URL without credentials): the server a probe's proof is of.
+func (h *HTTP) Endpoint(string) string {
+	if h.cfg.Endpoint != "" {
+		return h.cfg.Endpoint
+	}
+	return EndpointOf(h.base)
+}
+
+// EndpointOf is u as a proof's endpoint: scheme, host and path, without
+// credentials, query or fragment.
+func EndpointOf(u *url.URL) string {
+	c := *u
+	c.User, c.RawQuery, c.Fragment, c.ForceQuery = nil, "", "", false
+	return c.String()
+}
 
 // New validates cfg and builds the client.
 func New(cfg Config) (*HTTP, error) {

@@ -18,11 +18,20 @@ import (
 // A probe is the seeds' verification of an idempotency key, as code: the
 // same request is sent twice under one fresh key, and the provider's
 // contract holds only if both answers are the same and, where the provider
-// reports usage, it billed once. It spends real money (ProbeCalls billable
-// requests), so only `edgepipe provider probe --yes` runs it.
+// reports usage, it billed once. Equal answers alone prove nothing about a
+// deterministic model, or a cache in front of it, so the probe also sends
+// the request once under another key (the control): without a usage
+// report, a key is proven only when the control's answer differs. It spends
+// real money (ProbeCalls billable requests), so only `edgepipe provider
+// probe --yes` runs it.
 
-// ProbeCalls is how many billable requests a probe sends.
-const ProbeCalls = 2
+// ProbeCalls is how many billable requests a probe sends: two under one
+// key and the control under another.
+const ProbeCalls = 3
+
+// ProbeUnitPrefix starts the unit id of every probe request
+// (pipeline.ProbeUnitPrefix).
+const ProbeUnitPrefix = pipeline.ProbeUnitPrefix
 
 // DefaultProbeInterval is the pause between a probe's two calls: long
 // enough that the second is not served by an in-flight deduplication of the
@@ -118,7 +127,8 @@ func Probe(ctx context.Context, p pipeline.Providers, op string, cfg ProbeConfig
 	if err != nil {
 		return pipeline.Proof{}, err
 	}
-	meta := pipeline.CallMeta{UnitID: "probe/" + id, IdempotencyKey: "probe-" + id}
+	meta := pipeline.CallMeta{UnitID: ProbeUnitPrefix + id, IdempotencyKey: "probe-" + id}
+	control := pipeline.CallMeta{UnitID: ProbeUnitPrefix + id + "-control", IdempotencyKey: "probe-" + id + "-control"}
 	var answers [ProbeCalls]probeAnswer
 	for i := range answers {
 		if i > 0 {
@@ -126,7 +136,11 @@ func Probe(ctx context.Context, p pipeline.Providers, op string, cfg ProbeConfig
 				return pipeline.Proof{}, fmt.Errorf("probe of %s on %s: waiting between the calls: %w", op, name, err)
 			}
 		}
-		if answers[i], err = probeCall(ctx, p, op, meta); err != nil {
+		m := meta
+		if i == ProbeCalls-1 {
+			m = control
+		}
+		if answers[i], err = probeCall(ctx, p, op, m); err != nil {
 			return pipeline.Proof{}, fmt.Errorf("probe of %s on %s: call %d of %d failed, nothing proven: %w", op, name, i+1, ProbeCalls, err)
 		}
 	}
@@ -142,13 +156,16 @@ func Probe(ctx context.Context, p pipeline.Providers, op string, cfg ProbeConfig
 		}
 	}
 	same := answers[0].id == answers[1].id
+	// Without a usage report, equal answers mean something only if another
+	// key gets another answer.
+	controlSame := answers[2].id == answers[0].id
 	verdict := pipeline.ProofIdempotent
-	if !same || (usage && billed != 1) {
+	if !same || (usage && billed != 1) || (!usage && controlSame) {
 		verdict = pipeline.ProofNotIdempotent
 	}
 	proof := pipeline.Proof{
-		Provider: name, Op: op, Model: p.Model(op), Verdict: verdict, Calls: ProbeCalls,
-		Detail:   probeDetail(meta.IdempotencyKey, answers, same, usage, billed),
+		Provider: name, Op: op, Model: p.Model(op), Endpoint: pipeline.ProviderEndpoint(p, op), Verdict: verdict, Calls: ProbeCalls,
+		Detail:   probeDetail(meta.IdempotencyKey, answers, same, controlSame, usage, billed),
 		ProvedAt: cfg.Clock.Now().UTC(),
 	}
 	if err := proof.Check(); err != nil {
@@ -204,16 +221,18 @@ func probeCall(ctx context.Context, p pipeline.Providers, op string, meta pipeli
 }
 
 // probeDetail says what was compared, within pipeline.MaxProofDetail.
-func probeDetail(key string, a [ProbeCalls]probeAnswer, same, usage bool, billed int64) string {
-	s := fmt.Sprintf("key %s; call 1: %s; call 2: %s", key, a[0], a[1])
+func probeDetail(key string, a [ProbeCalls]probeAnswer, same, controlSame, usage bool, billed int64) string {
+	s := fmt.Sprintf("key %s; call 1: %s; call 2: %s; control under another key: %s", key, a[0], a[1], a[2])
 	if same {
 		s += "; answers equal"
 	} else {
 		s += "; answers DIFFER"
 	}
 	switch {
+	case !usage && controlSame:
+		s += "; usage not reported by the provider, and the control's answer is the same too: equal answers prove nothing"
 	case !usage:
-		s += "; usage not reported by the provider"
+		s += "; usage not reported by the provider; the control's answer differs"
 	case billed == 1:
 		s += "; billed once under the key"
 	default:

@@ -42,7 +42,10 @@ func probeConfig(slept *[]time.Duration, between func()) provider.ProbeConfig {
 }
 
 // TestProbeImageIsIdempotentAgainstTheFake: the fake honours the key, so the
-// probe's two calls give the same PNG, one bill and one replay.
+// probe's two keyed calls give the same PNG, one bill and one replay; the
+// control under another key is billed on its own. The fake draws the same
+// PNG for the control (its images are a function of the prompt), which is
+// why usage decides here.
 func TestProbeImageIsIdempotentAgainstTheFake(t *testing.T) {
 	t.Parallel()
 	srv, base := startFake(t, fake.Config{})
@@ -52,8 +55,8 @@ func TestProbeImageIsIdempotentAgainstTheFake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := pipeline.Proof{Provider: "http", Op: "image", Model: "fake-image-1", Verdict: pipeline.ProofIdempotent,
-		Calls: 2, ProvedAt: probeNow, Detail: proof.Detail}
+	want := pipeline.Proof{Provider: "http", Op: "image", Model: "fake-image-1", Endpoint: base, Verdict: pipeline.ProofIdempotent,
+		Calls: 3, ProvedAt: probeNow, Detail: proof.Detail}
 	if proof != want {
 		t.Errorf("proof %+v, want %+v", proof, want)
 	}
@@ -65,21 +68,21 @@ func TestProbeImageIsIdempotentAgainstTheFake(t *testing.T) {
 			t.Errorf("detail %q lacks %q", proof.Detail, s)
 		}
 	}
-	if len(slept) != 1 || slept[0] != 3*time.Second {
-		t.Errorf("slept %v, want one pause of the interval", slept)
+	if len(slept) != 2 || slept[0] != 3*time.Second || slept[1] != 3*time.Second {
+		t.Errorf("slept %v, want two pauses of the interval", slept)
 	}
 	l := srv.Ledger()
-	if l.Billed.Image != 1 || l.Replayed != 1 || l.Calls != 2 || len(l.ByIdempotencyKey) != 1 {
-		t.Fatalf("ledger %+v: want 2 calls, 1 billed image, 1 replay, 1 key", l)
+	if l.Billed.Image != 2 || l.Replayed != 1 || l.Calls != 3 || len(l.ByIdempotencyKey) != 2 {
+		t.Fatalf("ledger %+v: want 3 calls, 2 billed images (the key's and the control's), 1 replay, 2 keys", l)
 	}
 	for k, n := range l.ByIdempotencyKey {
-		if !strings.HasPrefix(k, "probe-") || n != 1 || !strings.Contains(proof.Detail, k) {
+		if !strings.HasPrefix(k, "probe-") || n != 1 || !strings.Contains(proof.Detail, strings.TrimSuffix(k, "-control")) {
 			t.Errorf("key %q billed %d (detail %q)", k, n, proof.Detail)
 		}
 	}
 	for u := range l.ByUnit {
-		if !strings.HasPrefix(u, "probe/") {
-			t.Errorf("unit %q, want probe/<hex>", u)
+		if !strings.HasPrefix(u, provider.ProbeUnitPrefix) {
+			t.Errorf("unit %q, want %s<hex>", u, provider.ProbeUnitPrefix)
 		}
 	}
 }
@@ -121,7 +124,7 @@ func keyIgnorer(t *testing.T, ledger bool) string {
 // keyStripper puts a proxy that drops Idempotency-Key (as a misconfigured
 // gateway would) in front of the real fake: the fake draws the same PNG for
 // the same prompt, but bills both calls, under no key.
-func keyStripper(t *testing.T) (*fake.Server, string) {
+func keyStripper(t *testing.T, ledger bool) (*fake.Server, string) {
 	t.Helper()
 	srv, base := startFake(t, fake.Config{})
 	u, err := url.Parse(base)
@@ -134,7 +137,17 @@ func keyStripper(t *testing.T) (*fake.Server, string) {
 		direct(r)
 		r.Header.Del(provider.HeaderIdempotencyKey)
 	}
-	s := httptest.NewServer(rp)
+	var h http.Handler = rp
+	if !ledger {
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/ledger" {
+				http.NotFound(w, r)
+				return
+			}
+			rp.ServeHTTP(w, r)
+		})
+	}
+	s := httptest.NewServer(h)
 	t.Cleanup(s.Close)
 	return srv, s.URL
 }
@@ -154,8 +167,14 @@ func TestProbeFindsAKeyNotHonoured(t *testing.T) {
 		{"redraws, bills twice", func(t *testing.T) string { return keyIgnorer(t, true) },
 			[]string{"answers DIFFER", "billed 2 times under the key (want 1)"}},
 		// Only the bill tells: the answers are equal.
-		{"key stripped in front of the fake", func(t *testing.T) string { _, b := keyStripper(t); return b },
+		{"key stripped in front of the fake", func(t *testing.T) string { _, b := keyStripper(t, true); return b },
 			[]string{"answers equal", "billed 0 times under the key (want 1)"}},
+		// Neither the bill nor the answers alone tell: the fake draws the
+		// same image for the same prompt whatever the key. The control
+		// under another key gets that image too, so equal answers prove
+		// nothing.
+		{"key stripped, no ledger", func(t *testing.T) string { _, b := keyStripper(t, false); return b },
+			[]string{"answers equal", "the control's answer is the same too: equal answers prove nothing"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -165,8 +184,8 @@ func TestProbeFindsAKeyNotHonoured(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if proof.Verdict != pipeline.ProofNotIdempotent || proof.Calls != 2 || proof.ProvedAt != probeNow {
-				t.Errorf("proof %+v, want not_idempotent after 2 calls", proof)
+			if proof.Verdict != pipeline.ProofNotIdempotent || proof.Calls != 3 || proof.ProvedAt != probeNow {
+				t.Errorf("proof %+v, want not_idempotent after 3 calls", proof)
 			}
 			for _, s := range tc.want {
 				if !strings.Contains(proof.Detail, s) {
@@ -208,8 +227,8 @@ func TestProbeRefusesAnOperationWithoutAKey(t *testing.T) {
 	}
 }
 
-// TestProbeFailedCallProvesNothing: a failed call (first or second) is
-// returned, with no proof.
+// TestProbeFailedCallProvesNothing: a failed call (first, second or the
+// control) is returned, with no proof.
 func TestProbeFailedCallProvesNothing(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -217,8 +236,8 @@ func TestProbeFailedCallProvesNothing(t *testing.T) {
 		before, between string // fault specs before the first call, in the pause
 		wantCall        string
 	}{
-		{"first call 500 before commit", "image:before_commit=1", "", "call 1 of 2"},
-		{"second call 500 after commit", "", "image:after_commit=1", "call 2 of 2"},
+		{"first call 500 before commit", "image:before_commit=1", "", "call 1 of 3"},
+		{"second call 500 after commit", "", "image:after_commit=1", "call 2 of 3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -261,7 +280,7 @@ func (v *videoDedup) SubmitVideo(_ context.Context, meta pipeline.CallMeta, _ pi
 	defer v.mu.Unlock()
 	v.metas = append(v.metas, meta)
 	if v.dedup {
-		return "vid_1", nil
+		return "vid_" + meta.IdempotencyKey, nil
 	}
 	return fmt.Sprintf("vid_%d", len(v.metas)), nil
 }
@@ -283,11 +302,11 @@ func TestProbeVideoComparesExternalIDs(t *testing.T) {
 			if dedup {
 				want = pipeline.ProofIdempotent
 			}
-			if proof.Verdict != want || !strings.Contains(proof.Detail, "call 1: job vid_1; call 2: job vid_") {
+			if proof.Verdict != want || !strings.Contains(proof.Detail, "call 1: job vid_") {
 				t.Errorf("proof %+v, want %s", proof, want)
 			}
-			if len(v.metas) != 2 || v.metas[0] != v.metas[1] || v.metas[0].IdempotencyKey == "" {
-				t.Errorf("metas %+v, want the same keyed meta twice", v.metas)
+			if len(v.metas) != 3 || v.metas[0] != v.metas[1] || v.metas[0].IdempotencyKey == "" || v.metas[2].IdempotencyKey == v.metas[0].IdempotencyKey {
+				t.Errorf("metas %+v, want the same keyed meta twice, then the control under another key", v.metas)
 			}
 		})
 	}
@@ -304,11 +323,11 @@ func TestProbeUsageReadings(t *testing.T) {
 		detail string
 		err    string
 	}{
-		{"no ledger", nil, "answers equal; usage not reported by the provider", ""},
+		{"no ledger", nil, "answers equal; usage not reported by the provider; the control's answer differs", ""},
 		{"not the fake's ledger", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			fmt.Fprint(w, `{"credits":12}`)
-		}, "answers equal; usage not reported by the provider", ""},
+		}, "answers equal; usage not reported by the provider; the control's answer differs", ""},
 		{"ledger fails", func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "down", http.StatusBadGateway) },
 			"", "reading usage of key probe-"},
 	} {

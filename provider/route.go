@@ -149,6 +149,14 @@ func (r *Routed) ProviderName(op string) string {
 	return ""
 }
 
+// Endpoint is where op's provider sends it (pipeline.ProviderEndpoint).
+func (r *Routed) Endpoint(op string) string {
+	if p := r.byOp[op]; p != nil {
+		return pipeline.ProviderEndpoint(p, op)
+	}
+	return ""
+}
+
 // Contract is op's provider's contract; other operations fail closed.
 func (r *Routed) Contract(op string) pipeline.Contract {
 	if p := r.byOp[op]; p != nil {

@@ -19,8 +19,10 @@ import (
 	"edgepipe/provider/fake"
 )
 
-// memProofs is a pipeline.ProofStore in memory, standing in for the job
-// store's until both drivers implement it.
+// memProofs is a pipeline.ProofStore in memory with the drivers' rules (the
+// latest of a key is the last recorded), so a test sees exactly what the
+// command recorded; TestProviderProbeRecordsInTheJobStore uses the real
+// store.
 type memProofs struct {
 	mu     sync.Mutex
 	proofs []pipeline.Proof
@@ -42,7 +44,7 @@ func (m *memProofs) LatestProof(_ context.Context, p *pipeline.LatestProofParams
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i := len(m.proofs) - 1; i >= 0; i-- {
-		if pr := m.proofs[i]; pr.Provider == p.Provider && pr.Op == p.Op && pr.Model == p.Model {
+		if pr := m.proofs[i]; pr.Provider == p.Provider && pr.Op == p.Op && pr.Model == p.Model && pr.Endpoint == p.Endpoint {
 			return pr, nil
 		}
 	}
@@ -52,15 +54,15 @@ func (m *memProofs) LatestProof(_ context.Context, p *pipeline.LatestProofParams
 func (m *memProofs) ListProofs(_ context.Context, p *pipeline.ListProofsParams) ([]pipeline.Proof, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	latest := map[[3]string]pipeline.Proof{}
+	latest := map[[4]string]pipeline.Proof{}
 	for _, pr := range m.proofs {
-		latest[[3]string{pr.Provider, pr.Op, pr.Model}] = pr
+		latest[[4]string{pr.Provider, pr.Op, pr.Model, pr.Endpoint}] = pr
 	}
 	var out []pipeline.Proof
 	for _, pr := range latest {
 		out = append(out, pr)
 	}
-	slices.SortFunc(out, func(a, b pipeline.Proof) int { return cmp.Compare(b.ProvedAt.UnixNano(), a.ProvedAt.UnixNano()) })
+	slices.SortFunc(out, func(a, b pipeline.Proof) int { return cmp.Compare(b.ID, a.ID) })
 	return out[:min(len(out), cmp.Or(p.Limit, pipeline.DefaultProofListLimit))], nil
 }
 
@@ -112,15 +114,15 @@ func TestProviderProbe(t *testing.T) {
 		verdict  pipeline.ProofVerdict
 	}{
 		{name: "without --yes nothing is sent", args: []string{"image"}, code: exitUsage,
-			out:     []string{`(?m)^edgepipe provider probe sends 2 billable requests to http \(fake-image-1, kind fake\) for image, 1ms apart; rerun with --yes$`},
+			out:     []string{`(?m)^edgepipe provider probe sends 3 billable requests to http \(fake-image-1, kind fake, at http://127\.0\.0\.1:\d+\) for image, 1ms apart; rerun with --yes$`},
 			errText: "nothing sent"},
-		{name: "idempotent", args: []string{"image", "--yes"}, code: exitOK, billed: 1, verdict: pipeline.ProofIdempotent,
+		{name: "idempotent", args: []string{"image", "--yes"}, code: exitOK, billed: 2, verdict: pipeline.ProofIdempotent,
 			out: []string{`(?m)^verdict: idempotent$`, `(?m)^detail: key probe-[0-9a-f]+; .*answers equal; billed once under the key$`,
 				`(?m)^proof 1 recorded at 2026-12-02T10:00:00Z$`,
 				`(?m)^image on http runs under idempotent_verified until 2027-01-01T10:00:00Z \(EDGEPIPE_PROOF_MAX_AGE 720h0m0s\)$`}},
-		{name: "flags before OP", args: []string{"--yes", "--provider", "fake", "image"}, code: exitOK, billed: 1, verdict: pipeline.ProofIdempotent,
+		{name: "flags before OP", args: []string{"--yes", "--provider", "fake", "image"}, code: exitOK, billed: 2, verdict: pipeline.ProofIdempotent,
 			out: []string{`(?m)^verdict: idempotent$`}},
-		{name: "key not honoured", stripKey: true, args: []string{"image", "--yes"}, code: exitNotIdempotent, billed: 2,
+		{name: "key not honoured", stripKey: true, args: []string{"image", "--yes"}, code: exitNotIdempotent, billed: 3,
 			verdict: pipeline.ProofNotIdempotent,
 			out:     []string{`(?m)^verdict: not_idempotent$`, `(?m)billed 0 times under the key \(want 1\)$`, `(?m)^proof 1 recorded`},
 			errText: "image on http is not idempotent: it runs under sync"},
@@ -162,7 +164,7 @@ func TestProviderProbe(t *testing.T) {
 				return
 			}
 			if len(proofs) != 1 || proofs[0].Verdict != tc.verdict || proofs[0].Provider != "http" || proofs[0].Op != "image" ||
-				proofs[0].Model != "fake-image-1" || proofs[0].Calls != 2 {
+				proofs[0].Model != "fake-image-1" || proofs[0].Endpoint != base || proofs[0].Calls != provider.ProbeCalls {
 				t.Errorf("proofs %+v, want one %s proof of image on http", proofs, tc.verdict)
 			}
 		})
@@ -187,24 +189,25 @@ func TestProviderProbeRecordsInTheJobStore(t *testing.T) {
 	if err := c.provider(t.Context(), []string{"proofs"}); err != nil {
 		t.Fatal(err)
 	}
-	if !regexp.MustCompile(`(?m)^http\s+image\s+fake-image-1\s+idempotent\s+\S+Z\s+\d+s\s+yes$`).MatchString(c.out.String()) {
+	if !regexp.MustCompile(`(?m)^http\s+image\s+fake-image-1\s+`+regexp.QuoteMeta(honest)+`\s+idempotent\s+\S+Z\s+\d+s\s+yes$`).MatchString(c.out.String()) {
 		t.Errorf("proofs after an idempotent probe:\n%s", c.out)
 	}
 	// The same provider name and model, now behind a proxy that drops
-	// the key: the latest proof says not_idempotent and is not fresh.
+	// the key: that endpoint's proof says not_idempotent and is not fresh,
+	// and it is the last recorded.
 	c.env[provider.EnvURL] = stripped
 	c.out.Reset()
 	if err := c.provider(t.Context(), []string{"probe", "image", "--interval", "1ms", "--yes"}); exitCode(err) != exitNotIdempotent {
 		t.Fatalf("exit %d (%v), want %d", exitCode(err), err, exitNotIdempotent)
 	}
-	if srv.Ledger().Billed.Image != 2 {
+	if srv.Ledger().Billed.Image != 3 {
 		t.Errorf("ledger %+v", srv.Ledger())
 	}
 	c.out.Reset()
 	if err := c.provider(t.Context(), []string{"proofs", "--limit", "1"}); err != nil {
 		t.Fatal(err)
 	}
-	if s := c.out.String(); !regexp.MustCompile(`(?m)^http\s+image\s+fake-image-1\s+not_idempotent\s+\S+Z\s+\d+s\s+no$`).MatchString(s) ||
+	if s := c.out.String(); !regexp.MustCompile(`(?m)^http\s+image\s+fake-image-1\s+`+regexp.QuoteMeta(stripped)+`\s+not_idempotent\s+\S+Z\s+\d+s\s+no$`).MatchString(s) ||
 		strings.Count(s, "\n") != 2 {
 		t.Errorf("proofs after a not_idempotent probe:\n%s", s)
 	}
@@ -223,7 +226,7 @@ func TestProviderProofsLists(t *testing.T) {
 		{Provider: "http", Op: "image", Model: "fake-image-1", Verdict: pipeline.ProofIdempotent, ProvedAt: now.Add(-3 * time.Hour)},
 		{Provider: "stub", Op: "video_submit", Model: "v", Verdict: pipeline.ProofIdempotent, ProvedAt: now.Add(-31 * 24 * time.Hour)},
 	} {
-		p.Calls = 2
+		p.Calls, p.Endpoint = provider.ProbeCalls, "in-process"
 		if _, err := store.RecordProof(t.Context(), &pipeline.RecordProofParams{Proof: p}); err != nil {
 			t.Fatal(err)
 		}
@@ -248,10 +251,10 @@ func TestProviderProofsLists(t *testing.T) {
 			}
 			s := c.out.String()
 			for _, re := range []string{
-				`(?m)\APROVIDER\s+OP\s+MODEL\s+VERDICT\s+PROVED_AT\s+AGE\s+FRESH\n` +
-					`http\s+image\s+fake-image-2\s+not_idempotent\s+2026-12-02T09:55:00Z\s+5m\s+no\n` +
-					`http\s+image\s+fake-image-1\s+idempotent\s+2026-12-02T07:00:00Z\s+3h\s+` + tc.fresh3 + `\n` +
-					`stub\s+video_submit\s+v\s+idempotent\s+2026-11-01T10:00:00Z\s+31d\s+` + tc.fresh + `\n\z`,
+				`(?m)\APROVIDER\s+OP\s+MODEL\s+ENDPOINT\s+VERDICT\s+PROVED_AT\s+AGE\s+FRESH\n` +
+					`stub\s+video_submit\s+v\s+in-process\s+idempotent\s+2026-11-01T10:00:00Z\s+31d\s+` + tc.fresh + `\n` +
+					`http\s+image\s+fake-image-1\s+in-process\s+idempotent\s+2026-12-02T07:00:00Z\s+3h\s+` + tc.fresh3 + `\n` +
+					`http\s+image\s+fake-image-2\s+in-process\s+not_idempotent\s+2026-12-02T09:55:00Z\s+5m\s+no\n\z`,
 			} {
 				if !regexp.MustCompile(re).MatchString(s) {
 					t.Errorf("output does not match %s:\n%s", re, s)

@@ -17,7 +17,7 @@ func init() {
 	register("provider", "provider tools: declared contracts, probing an idempotency key (real calls, --yes) and the probes' proofs", providerCmd)
 }
 
-const providerHelp = `
+var providerHelp = fmt.Sprintf(`
 Subcommands:
   contracts   print the declared contract (docs/design.md §6) of every provider, operation
               and model, with the models this configuration uses; ROUTED marks the
@@ -25,9 +25,9 @@ Subcommands:
               EDGEPIPE_PROVIDER_IMAGE/_SPEECH/_VIDEO). Needs no credentials and
               calls nothing.
   probe OP    prove an idempotent_verified operation's key against the provider:
-              2 billable requests (asks for --yes), records a dated proof.
-  proofs      list the latest proof of every (provider, operation, model) and
-              whether it is fresh (EDGEPIPE_PROOF_MAX_AGE).`
+              %d billable requests (asks for --yes), records a dated proof.
+  proofs      list the latest proof of every (provider, operation, model, endpoint) and
+              whether it is fresh (EDGEPIPE_PROOF_MAX_AGE).`, provider.ProbeCalls)
 
 func providerCmd(ctx context.Context, args []string) error { return osEnv().provider(ctx, args) }
 
@@ -57,7 +57,9 @@ func providerContracts(w io.Writer, getenv func(string) string, args []string) e
 Prints the declared retry contract of every (provider, operation, model).
 sync: an ambiguous failure stops for a human; async_pollable: the external id
 is persisted and polled, never resubmitted; idempotent_verified: retried with
-the same key (proven by a test); fail_closed: never retried after a send.
+the same key, but only while a fresh proof of edgepipe provider probe says
+the provider honours it (otherwise run as sync); fail_closed: never retried
+after a send.
 Operation * stands for every operation not listed. NAME is the provider's name
 in intent rows and object keys.`)
 	why := fs.Bool("why", false, "also print why each contract was declared")
@@ -92,32 +94,37 @@ in intent rows and object keys.`)
 	return nil
 }
 
-const probeHelp = `
+var probeHelp = fmt.Sprintf(`
 Proves that OP honours its idempotency key, as the seeds did by hand: sends
 OP's small fixed request (image: a 256x256 "edgepipe contract probe"; speech:
 one short sentence; video_submit: a 1 s clip) twice, --interval apart, with
-the same fresh Idempotency-Key and unit id "probe/<hex>", and compares the
-answers (SHA-256 of the media, or the video job ids) and, where the provider
-reports it (the fake's GET /ledger), how often it billed the key. Verdict
-idempotent: both answers equal and, where reported, exactly one bill; else
-not_idempotent. The dated proof is recorded in the job store; OP runs under
-idempotent_verified only while its latest proof says idempotent and is
-younger than EDGEPIPE_PROOF_MAX_AGE (default 720h), and under sync without
-one. Only operations declared idempotent_verified can be probed (see
-edgepipe provider contracts); the others send no key.
+the same fresh Idempotency-Key and unit id "probe/<hex>", then once more under
+another key (the control), and compares the answers (SHA-256 of the media,
+or the video job ids) and, where the provider reports it (the fake's GET
+/ledger), how often it billed the key. Verdict idempotent: the two keyed
+answers equal and, where usage is reported, exactly one bill; where it is
+not, the control's answer must differ (equal answers from a deterministic
+model or a cache prove nothing). Anything else is not_idempotent. The dated
+proof is recorded in the job store for the provider, operation, model and
+endpoint (the API base URL, or "in-process" for the fake edgepipe starts
+itself); OP runs under idempotent_verified only while the latest proof of
+that endpoint says idempotent and is younger than EDGEPIPE_PROOF_MAX_AGE
+(default %s), and under sync without one. Only operations declared
+idempotent_verified can be probed (see edgepipe provider contracts); the
+others send no key.
 
-It spends real money: 2 billable requests to the provider. Without --yes it
+It spends real money: %d billable requests to the provider. Without --yes it
 only says what it would send, calls nothing and exits 2. Exit status: 0
 idempotent, 11 not_idempotent, 2 usage (also: no --yes, an operation that
 cannot be probed), 1 anything else (a failed call proves nothing and records
-nothing, but may have been billed).`
+nothing, but may have been billed).`, pipeline.DefaultProofMaxAge, provider.ProbeCalls)
 
 func (e *cliEnv) providerProbe(ctx context.Context, args []string) error {
 	fs := newFlags("provider probe", "OP [--provider KIND] [--interval D] [--yes]", probeHelp)
 	fs.SetOutput(e.stderr)
 	kind := fs.String("provider", "", "provider kind to probe (fake, workers-ai, replicate; default: the one OP is routed to)")
-	interval := fs.Duration("interval", provider.DefaultProbeInterval, "pause between the two requests")
-	yes := fs.Bool("yes", false, "send the 2 billable requests")
+	interval := fs.Duration("interval", provider.DefaultProbeInterval, "pause between the requests")
+	yes := fs.Bool("yes", false, fmt.Sprintf("send the %d billable requests", provider.ProbeCalls))
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -147,7 +154,7 @@ func (e *cliEnv) providerProbe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	plan := fmt.Sprintf("%d billable requests to %s (%s, kind %s) for %s, %s apart", provider.ProbeCalls, t.Provider, t.Model, t.Kind, t.Op, *interval)
+	plan := fmt.Sprintf("%d billable requests to %s (%s, kind %s, at %s) for %s, %s apart", provider.ProbeCalls, t.Provider, t.Model, t.Kind, t.Endpoint, t.Op, *interval)
 	if !*yes {
 		fmt.Fprintf(e.stdout, "edgepipe provider probe sends %s; rerun with --yes\n", plan)
 		return fmt.Errorf("%w: nothing sent: the probe spends money and needs --yes", errUsage)
@@ -202,12 +209,12 @@ func (e *cliEnv) clock() pipeline.Clock {
 }
 
 func (e *cliEnv) providerProofs(ctx context.Context, args []string) error {
-	fs := newFlags("provider proofs", "[--limit N]", `
-Lists the latest proof of every (provider, operation, model) that was probed,
-newest first: its verdict, when it was proved, its age, and whether it is
-FRESH (idempotent and younger than EDGEPIPE_PROOF_MAX_AGE, default 720h).
-An idempotent_verified operation without a fresh proof runs under sync.
-Calls no provider.`)
+	fs := newFlags("provider proofs", "[--limit N]", fmt.Sprintf(`
+Lists the latest proof of every (provider, operation, model, endpoint) that
+was probed, the last recorded first: its verdict, when it was proved, its
+age, and whether it is FRESH (idempotent and younger than
+EDGEPIPE_PROOF_MAX_AGE, default %s). An idempotent_verified operation
+without a fresh proof of its endpoint runs under sync. Calls no provider.`, pipeline.DefaultProofMaxAge))
 	fs.SetOutput(e.stderr)
 	limit := fs.Int("limit", pipeline.DefaultProofListLimit, fmt.Sprintf("list at most this many (1 to %d)", pipeline.MaxProofListLimit))
 	if err := fs.Parse(args); err != nil {
@@ -234,13 +241,13 @@ Calls no provider.`)
 	}
 	now := e.clock().Now()
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROVIDER\tOP\tMODEL\tVERDICT\tPROVED_AT\tAGE\tFRESH")
+	fmt.Fprintln(tw, "PROVIDER\tOP\tMODEL\tENDPOINT\tVERDICT\tPROVED_AT\tAGE\tFRESH")
 	for _, p := range proofs {
 		fresh := "no"
 		if p.Fresh(now, a.Cfg.ProofMaxAge) {
 			fresh = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Provider, p.Op, p.Model, p.Verdict,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Provider, p.Op, p.Model, p.Endpoint, p.Verdict,
 			p.ProvedAt.UTC().Format(time.RFC3339), age(now.Sub(p.ProvedAt)), fresh)
 	}
 	return tw.Flush()

@@ -186,14 +186,7 @@ func (a *App) buildWorker(ctx context.Context, p *Parts, fps *failpoint.Set, wit
 	if _, err := render.New(ctx, rc); err != nil {
 		return err
 	}
-	engine, err := pipeline.NewEngine(pipeline.EngineConfig{
-		Store: a.Store, Objects: a.Objects, Providers: prov, Renderers: render.Factory(rc),
-		Retry: pipeline.RetryPolicy{Base: a.Cfg.RetryBase, Cap: a.Cfg.RetryCap, MaxAttempts: a.Cfg.RetryMax,
-			InfraWindow: a.Cfg.InfraWindow, InfraCap: a.Cfg.InfraCap},
-		UnitConcurrency: a.Cfg.UnitConcurrency,
-		Logger:          a.Log, TempDir: os.TempDir(), SpoolDir: filepath.Join(a.Cfg.DataDir, "spool"), Failpoint: fps.Func(), Metrics: a.Metrics,
-		RateLimits: a.rateLimits(prov), Proofs: a.Store, ProofMaxAge: a.Cfg.ProofMaxAge,
-	})
+	engine, err := pipeline.NewEngine(a.engineConfig(prov, render.Factory(rc), fps.Func()))
 	if err != nil {
 		return err
 	}
@@ -229,6 +222,20 @@ func (a *App) buildWorker(ctx context.Context, p *Parts, fps *failpoint.Set, wit
 		return err
 	}
 	return nil
+}
+
+// engineConfig is the engine of this configuration: the job store keeps
+// its proofs (an unproven idempotency key runs as sync) and its shared rate
+// limits.
+func (a *App) engineConfig(prov pipeline.Providers, renderers pipeline.RendererFactory, fp pipeline.Failpoint) pipeline.EngineConfig {
+	return pipeline.EngineConfig{
+		Store: a.Store, Objects: a.Objects, Providers: prov, Renderers: renderers,
+		Retry: pipeline.RetryPolicy{Base: a.Cfg.RetryBase, Cap: a.Cfg.RetryCap, MaxAttempts: a.Cfg.RetryMax,
+			InfraWindow: a.Cfg.InfraWindow, InfraCap: a.Cfg.InfraCap},
+		UnitConcurrency: a.Cfg.UnitConcurrency,
+		Logger:          a.Log, TempDir: os.TempDir(), SpoolDir: filepath.Join(a.Cfg.DataDir, "spool"), Failpoint: fp, Metrics: a.Metrics,
+		RateLimits: a.rateLimits(prov), Proofs: a.Store, ProofMaxAge: a.Cfg.ProofMaxAge,
+	}
 }
 
 // rateLimits is the engine's shared limiter (EDGEPIPE_RATE_LIMITS) on the
@@ -281,10 +288,13 @@ func (a *App) buildSweeper(p *Parts, fps *failpoint.Set) error {
 
 // buildAPI makes the HTTP API, its server and its listener.
 func (a *App) buildAPI(p *Parts) error {
-	var err error
+	ops, err := a.routedOperations()
+	if err != nil {
+		return err
+	}
 	p.API, err = api.New(api.Config{Store: a.Store, Objects: a.Objects, Router: a.Router, Presence: a.Store, Tokens: a.Cfg.Tokens,
 		AdminToken: a.Cfg.AdminToken, AllowPrivateWebhooks: a.Cfg.AllowPrivate, Logger: a.Log, Metrics: a.Metrics,
-		SSEMaxAge: a.Cfg.SSEMaxAge, ProofMaxAge: a.Cfg.ProofMaxAge})
+		SSEMaxAge: a.Cfg.SSEMaxAge, ProofMaxAge: a.Cfg.ProofMaxAge, Operations: ops})
 	if err != nil {
 		return err
 	}

@@ -287,7 +287,7 @@ func TestLogContractNeedsAFreshProof(t *testing.T) {
 		return logs.String()
 	}
 	record := func(age time.Duration) {
-		p := pipeline.Proof{Provider: prov.Name(), Op: pipeline.OpImage, Model: prov.Model(pipeline.OpImage),
+		p := pipeline.Proof{Provider: prov.Name(), Op: pipeline.OpImage, Model: prov.Model(pipeline.OpImage), Endpoint: prov.Endpoint(pipeline.OpImage),
 			Verdict: pipeline.ProofIdempotent, Calls: 2, ProvedAt: time.Now().Add(-age)}
 		if _, err := a.Store.RecordProof(t.Context(), &pipeline.RecordProofParams{Proof: p}); err != nil {
 			t.Fatal(err)
@@ -311,6 +311,48 @@ func TestLogContractNeedsAFreshProof(t *testing.T) {
 		}
 		if step.name == "a fresh proof" && strings.Contains(got, "WARN") {
 			t.Errorf("%s: warned %q", step.name, got)
+		}
+	}
+}
+
+// The engine reads its proofs from the job store, trusted for
+// EDGEPIPE_PROOF_MAX_AGE: without them every idempotency key would run
+// unproven (or, with a forgotten age, be trusted for the default).
+func TestEngineConfigReadsProofsFromTheJobStore(t *testing.T) {
+	t.Parallel()
+	a, _, prov := openLogging(t, map[string]string{EnvProofMaxAge: "36h", "EDGEPIPE_UNIT_CONCURRENCY": "3"})
+	ec := a.engineConfig(prov, nil, nil)
+	if ec.Proofs != pipeline.ProofReader(a.Store) || ec.ProofMaxAge != 36*time.Hour || ec.Store != pipeline.Store(a.Store) ||
+		ec.Providers != pipeline.Providers(prov) || ec.UnitConcurrency != 3 {
+		t.Fatalf("engine config: proofs %T, proof age %s, store %T, providers %T, unit concurrency %d",
+			ec.Proofs, ec.ProofMaxAge, ec.Store, ec.Providers, ec.UnitConcurrency)
+	}
+}
+
+// The operations page is told how each operation is routed without
+// starting anything: the fake kind without EDGEPIPE_PROVIDER_URL is the
+// in-process endpoint (the one its workers' proofs are recorded under).
+func TestRoutedOperations(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env      map[string]string
+		endpoint string
+	}{
+		{nil, InProcessEndpoint},
+		{map[string]string{"EDGEPIPE_PROVIDER_URL": "http://fake.example:9000/api"}, "http://fake.example:9000/api"},
+	} {
+		a, _, _ := openLogging(t, tc.env)
+		ops, err := a.routedOperations()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ops) != 3 || a.FakeProviders() != nil {
+			t.Fatalf("%v: %+v (fake started: %v)", tc.env, ops, a.FakeProviders() != nil)
+		}
+		img := ops[0]
+		if img.Op != pipeline.OpImage || img.Kind != "fake" || img.Provider != "http" || img.Endpoint != tc.endpoint ||
+			img.Declared != pipeline.ContractIdempotentVerified || ops[1].Declared != pipeline.ContractSync {
+			t.Errorf("%v: %+v", tc.env, ops)
 		}
 	}
 }

@@ -16,8 +16,11 @@ type ProbeTarget struct {
 	// Kind is the EDGEPIPE_PROVIDER value; Provider the name in proofs,
 	// intent rows and object keys.
 	Kind, Provider, Op, Model string
-	Contract                  pipeline.Contract
-	p                         pipeline.Providers
+	// Endpoint is where the requests go (pipeline.ProviderEndpoint): the
+	// proof is of that server only.
+	Endpoint string
+	Contract pipeline.Contract
+	p        pipeline.Providers
 }
 
 // ProbeTarget builds the provider of kind ("" = the kind this
@@ -45,7 +48,8 @@ func (a *App) ProbeTarget(ctx context.Context, op, kind string) (ProbeTarget, er
 	if err != nil {
 		return ProbeTarget{}, err
 	}
-	t := ProbeTarget{Kind: kind, Provider: pipeline.ProviderName(p, op), Op: op, Model: p.Model(op), Contract: p.Contract(op), p: p}
+	t := ProbeTarget{Kind: kind, Provider: pipeline.ProviderName(p, op), Op: op, Model: p.Model(op),
+		Endpoint: pipeline.ProviderEndpoint(p, op), Contract: p.Contract(op), p: p}
 	if err := provider.Probeable(p, op); err != nil {
 		return t, err
 	}
@@ -64,7 +68,7 @@ func (a *App) Probe(ctx context.Context, t ProbeTarget, store pipeline.ProofStor
 	if err != nil {
 		return pipeline.Proof{}, err
 	}
-	a.Log.Info("provider probed", "provider", proof.Provider, "op", proof.Op, "model", proof.Model,
+	a.Log.Info("provider probed", "provider", proof.Provider, "op", proof.Op, "model", proof.Model, "endpoint", proof.Endpoint,
 		"verdict", proof.Verdict, "detail", proof.Detail)
 	id, err := store.RecordProof(ctx, &pipeline.RecordProofParams{Proof: proof})
 	if err != nil {

@@ -26,9 +26,9 @@ func TestProbeTarget(t *testing.T) {
 		errText        string
 	}{
 		{name: "routed fake image", op: "image",
-			want: ProbeTarget{Kind: "fake", Provider: "http", Op: "image", Model: "fake-image-1", Contract: pipeline.ContractIdempotentVerified}},
+			want: ProbeTarget{Kind: "fake", Provider: "http", Op: "image", Model: "fake-image-1", Endpoint: "http://127.0.0.1:1", Contract: pipeline.ContractIdempotentVerified}},
 		{name: "kind named, any case", op: "image", kind: " Fake ", env: []string{"EDGEPIPE_PROVIDER_IMAGE", "workers-ai"},
-			want: ProbeTarget{Kind: "fake", Provider: "http", Op: "image", Model: "fake-image-1", Contract: pipeline.ContractIdempotentVerified}},
+			want: ProbeTarget{Kind: "fake", Provider: "http", Op: "image", Model: "fake-image-1", Endpoint: "http://127.0.0.1:1", Contract: pipeline.ContractIdempotentVerified}},
 		{name: "routed workers-ai image is sync", op: "image", env: []string{"EDGEPIPE_PROVIDER_IMAGE", "workers-ai"},
 			err: provider.ErrNothingToProve, errText: "image on workers-ai declares sync"},
 		{name: "replicate video", op: "video_submit", kind: "replicate",

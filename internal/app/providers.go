@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"edgepipe/api"
 	"edgepipe/pipeline"
 	"edgepipe/provider"
 	"edgepipe/provider/fake"
@@ -52,20 +53,23 @@ func (a *App) providers(ctx context.Context) (pipeline.Providers, error) {
 func (a *App) logContract(ctx context.Context, p pipeline.Providers, op string) {
 	declared := p.Contract(op)
 	effective, why := declared, "declared"
+	endpoint := pipeline.ProviderEndpoint(p, op)
 	if declared == pipeline.ContractIdempotentVerified && a.Store != nil {
-		latest, err := a.Store.LatestProof(ctx, &pipeline.LatestProofParams{Provider: pipeline.ProviderName(p, op), Op: op, Model: p.Model(op)})
-		if err != nil && !errors.Is(err, pipeline.ErrNotFound) {
-			a.Log.Warn("provider proofs unreadable at start-up; the engine reads them again before every call", "op", op, "err", err)
-			return
+		latest, err := a.Store.LatestProof(ctx, &pipeline.LatestProofParams{Provider: pipeline.ProviderName(p, op), Op: op,
+			Model: p.Model(op), Endpoint: endpoint})
+		switch {
+		case err != nil && !errors.Is(err, pipeline.ErrNotFound):
+			effective, why = pipeline.ProofFallback, "proofs unreadable at start-up ("+err.Error()+"); the engine reads them again before every call"
+		default:
+			effective, why = pipeline.EffectiveContract(declared, latest, err == nil, time.Now(), cmp.Or(a.Cfg.ProofMaxAge, pipeline.DefaultProofMaxAge))
 		}
-		effective, why = pipeline.EffectiveContract(declared, latest, err == nil, time.Now(), cmp.Or(a.Cfg.ProofMaxAge, pipeline.DefaultProofMaxAge))
 	}
 	if effective != declared {
 		a.Log.Warn("this operation's idempotency key is not proven: it runs as "+string(effective)+" (an ambiguous failure stops for a human)",
-			"op", op, "provider", pipeline.ProviderName(p, op), "model", p.Model(op), "why", why,
+			"op", op, "provider", pipeline.ProviderName(p, op), "model", p.Model(op), "endpoint", endpoint, "why", why,
 			"hint", "edgepipe provider probe "+op+" --yes")
 	}
-	a.Log.Info("provider", "op", op, "provider", p.Name(), "model", p.Model(op), "contract", effective, "declared", declared, "why", why)
+	a.Log.Info("provider", "op", op, "provider", p.Name(), "model", p.Model(op), "endpoint", endpoint, "contract", effective, "declared", declared, "why", why)
 }
 
 func opEnvSuffix(op string) string {
@@ -78,7 +82,41 @@ func opEnvSuffix(op string) string {
 	return "VIDEO"
 }
 
+// InProcessEndpoint is the endpoint (pipeline.ProviderEndpoint) of the
+// fake providers a process starts itself: their port changes at every
+// start, and every process's own fake is the same code.
+const InProcessEndpoint = "in-process"
+
 func (a *App) buildProvider(ctx context.Context, kind string) (pipeline.Providers, error) {
+	return a.buildProviderStarting(ctx, kind, true)
+}
+
+// routedOperations describes what each operation is routed to, for the
+// operations page, without starting anything: with start false the fake
+// kind without EDGEPIPE_PROVIDER_URL is a client of an in-process fake
+// that is never started (nothing is called; only names, models, contracts
+// and endpoints are read).
+func (a *App) routedOperations() ([]api.RoutedOperation, error) {
+	routing, err := a.Cfg.ProviderRouting.Routing()
+	if err != nil {
+		return nil, err
+	}
+	var out []api.RoutedOperation
+	for _, op := range provider.RoutedOps {
+		p, err := a.buildProviderStarting(context.Background(), routing[op], false)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, api.RoutedOperation{Op: op, Kind: routing[op], Provider: pipeline.ProviderName(p, op), Model: p.Model(op),
+			Endpoint: pipeline.ProviderEndpoint(p, op), Declared: p.Contract(op)})
+		if c, ok := p.(interface{ Close() error }); ok {
+			_ = c.Close()
+		}
+	}
+	return out, nil
+}
+
+func (a *App) buildProviderStarting(ctx context.Context, kind string, start bool) (pipeline.Providers, error) {
 	pc, err := a.Cfg.ProviderSettings()
 	if err != nil {
 		return nil, err
@@ -93,7 +131,9 @@ func (a *App) buildProvider(ctx context.Context, kind string) (pipeline.Provider
 		c.Timeout, c.Logger = pc.Timeout, a.Log
 		return replicate.New(c)
 	}
-	if a.Cfg.ProviderURL == "" {
+	if a.Cfg.ProviderURL == "" && !start {
+		pc = provider.Config{BaseURL: "http://" + InProcessEndpoint + ".invalid", Timeout: pc.Timeout, Endpoint: InProcessEndpoint}
+	} else if a.Cfg.ProviderURL == "" {
 		fc, err := a.Cfg.FakeSettings()
 		if err != nil {
 			return nil, err
@@ -109,7 +149,7 @@ func (a *App) buildProvider(ctx context.Context, kind string) (pipeline.Provider
 		}
 		a.fake = srv
 		a.Log.Info("fake providers started in-process", "url", base)
-		pc = provider.Config{BaseURL: base, Timeout: pc.Timeout}
+		pc = provider.Config{BaseURL: base, Timeout: pc.Timeout, Endpoint: InProcessEndpoint}
 	}
 	pc.Logger = a.Log
 	return provider.New(pc)

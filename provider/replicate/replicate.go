@@ -155,6 +155,9 @@ func (a *Adapter) Close() error { return a.caller.Close() }
 // Name is "replicate".
 func (a *Adapter) Name() string { return Name }
 
+// Endpoint is the API base every operation goes to (pipeline.EndpointNamer).
+func (a *Adapter) Endpoint(string) string { return provider.EndpointOf(a.base) }
+
 // Model returns the configured model of op ("" when none).
 func (a *Adapter) Model(op string) string { return a.models[op] }
 

@@ -168,6 +168,9 @@ func (a *Adapter) Close() error { return a.caller.Close() }
 // Name is "workers-ai".
 func (a *Adapter) Name() string { return Name }
 
+// Endpoint is the API base every operation goes to (pipeline.EndpointNamer).
+func (a *Adapter) Endpoint(string) string { return provider.EndpointOf(a.base) }
+
 // Model returns the model id of op ("" for video, which Workers AI lacks).
 // Settings that change the result without changing the model id (steps,
 // seed, lang away from their defaults) are appended after a ';', so the

@@ -10,12 +10,12 @@ import (
 )
 
 // Proofs of idempotency (pipeline.ProofStore): one row per probe, never
-// changed, in provider_proofs. The latest of a (provider, op, model) is the
-// one with the greatest (proved_at, id): proved_at is the probe's own date,
-// which a backfilled or replayed probe may put before a row already there,
-// and id breaks ties in the order the rows were written.
+// changed, in provider_proofs. The latest of a (provider, op, model,
+// endpoint) is the one recorded last, the greatest id: proved_at is the
+// probing host's own date, and a host whose clock is behind (or a year
+// ahead) must not keep an older verdict in force.
 
-const proofColumns = `id, provider, op, model, verdict, calls, detail, proved_at`
+const proofColumns = `id, provider, op, model, endpoint, verdict, calls, detail, proved_at`
 
 // RecordProof implements pipeline.ProofStore.
 func (s *Store) RecordProof(ctx context.Context, p *pipeline.RecordProofParams) (int64, error) {
@@ -25,8 +25,8 @@ func (s *Store) RecordProof(ctx context.Context, p *pipeline.RecordProofParams) 
 	pr := p.Proof
 	var id int64
 	err := s.inTx(ctx, func(tx *wtx) error {
-		res, err := tx.ExecContext(ctx, `INSERT INTO provider_proofs (provider, op, model, verdict, calls, detail, proved_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?)`, pr.Provider, pr.Op, pr.Model, string(pr.Verdict), pr.Calls, pr.Detail, ms(pr.ProvedAt))
+		res, err := tx.ExecContext(ctx, `INSERT INTO provider_proofs (provider, op, model, endpoint, verdict, calls, detail, proved_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, pr.Provider, pr.Op, pr.Model, pr.Endpoint, string(pr.Verdict), pr.Calls, pr.Detail, ms(pr.ProvedAt))
 		if err != nil {
 			return err
 		}
@@ -45,9 +45,9 @@ func (s *Store) LatestProof(ctx context.Context, p *pipeline.LatestProofParams) 
 		return pipeline.Proof{}, err
 	}
 	pr, err := scanProof(s.read.QueryRowContext(ctx, `SELECT `+proofColumns+` FROM provider_proofs
-		WHERE provider = ? AND op = ? AND model = ? ORDER BY proved_at DESC, id DESC LIMIT 1`, p.Provider, p.Op, p.Model))
+		WHERE provider = ? AND op = ? AND model = ? AND endpoint = ? ORDER BY id DESC LIMIT 1`, p.Provider, p.Op, p.Model, p.Endpoint))
 	if errors.Is(err, sql.ErrNoRows) {
-		return pipeline.Proof{}, fmt.Errorf("%w: no proof of %s %s %s", pipeline.ErrNotFound, p.Provider, p.Op, p.Model)
+		return pipeline.Proof{}, fmt.Errorf("%w: no proof of %s %s %s at %s", pipeline.ErrNotFound, p.Provider, p.Op, p.Model, p.Endpoint)
 	}
 	return pr, translate(err)
 }
@@ -59,9 +59,9 @@ func (s *Store) ListProofs(ctx context.Context, p *pipeline.ListProofsParams) ([
 		return nil, err
 	}
 	rows, err := s.read.QueryContext(ctx, `SELECT `+proofColumns+` FROM (
-			SELECT `+proofColumns+`, row_number() OVER (PARTITION BY provider, op, model ORDER BY proved_at DESC, id DESC) AS rn
+			SELECT `+proofColumns+`, row_number() OVER (PARTITION BY provider, op, model, endpoint ORDER BY id DESC) AS rn
 			FROM provider_proofs)
-		WHERE rn = 1 ORDER BY proved_at DESC, id DESC LIMIT ?`, limit)
+		WHERE rn = 1 ORDER BY id DESC LIMIT ?`, limit)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -84,7 +84,7 @@ func scanProof(r interface{ Scan(...any) error }) (pipeline.Proof, error) {
 	var pr pipeline.Proof
 	var verdict string
 	var at int64
-	if err := r.Scan(&pr.ID, &pr.Provider, &pr.Op, &pr.Model, &verdict, &pr.Calls, &pr.Detail, &at); err != nil {
+	if err := r.Scan(&pr.ID, &pr.Provider, &pr.Op, &pr.Model, &pr.Endpoint, &verdict, &pr.Calls, &pr.Detail, &at); err != nil {
 		return pipeline.Proof{}, err
 	}
 	pr.Verdict, pr.ProvedAt = pipeline.ProofVerdict(verdict), fromMS(at)

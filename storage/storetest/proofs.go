@@ -12,12 +12,16 @@ import (
 )
 
 // Proofs of idempotency (pipeline.ProofStore): append-only, the latest of a
-// (provider, op, model) is the greatest (proved_at, id), and a listing shows
-// each key's latest, newest first.
+// (provider, op, model, endpoint) is the one recorded last (the greatest
+// id, whatever its date), and a listing shows each key's latest, the last
+// recorded first.
 
-// proof is a valid proof of (provider, op, model) dated at.
+// proofEndpoint is the endpoint of the suite's proofs.
+const proofEndpoint = "https://api.example/v1"
+
+// proof is a valid proof of (provider, op, model) at proofEndpoint dated at.
 func proof(provider, op, model string, v pipeline.ProofVerdict, at time.Time) pipeline.Proof {
-	return pipeline.Proof{Provider: provider, Op: op, Model: model, Verdict: v, Calls: 2,
+	return pipeline.Proof{Provider: provider, Op: op, Model: model, Endpoint: proofEndpoint, Verdict: v, Calls: 3,
 		Detail: "sha256 a=b, one charge", ProvedAt: at}
 }
 
@@ -35,7 +39,7 @@ func record(t *testing.T, s pipeline.ProofStore, pr pipeline.Proof) pipeline.Pro
 
 func latest(t *testing.T, s pipeline.ProofStore, provider, op, model string) (pipeline.Proof, error) {
 	t.Helper()
-	return s.LatestProof(context.Background(), &pipeline.LatestProofParams{Provider: provider, Op: op, Model: model})
+	return s.LatestProof(context.Background(), &pipeline.LatestProofParams{Provider: provider, Op: op, Model: model, Endpoint: proofEndpoint})
 }
 
 // sameProof fails unless got is want field by field (ProvedAt as an
@@ -67,7 +71,7 @@ func testProofRoundTrip(t *testing.T, h *Harness) {
 	ctx := context.Background()
 	s := h.open(t, nil)
 	at := time.Date(2026, 11, 30, 9, 15, 42, 123_456_789, time.FixedZone("CET", 3600))
-	want := pipeline.Proof{Provider: "replicate", Op: pipeline.OpVideoSubmit, Model: "wan-2.1", Verdict: pipeline.ProofNotIdempotent,
+	want := pipeline.Proof{Provider: "replicate", Op: pipeline.OpVideoSubmit, Model: "wan-2.1", Endpoint: proofEndpoint, Verdict: pipeline.ProofNotIdempotent,
 		Calls: 0, Detail: strings.Repeat("d", pipeline.MaxProofDetail), ProvedAt: at}
 	want = record(t, s, want)
 	if !want.ProvedAt.Equal(time.UnixMilli(at.UnixMilli())) {
@@ -81,22 +85,23 @@ func testProofRoundTrip(t *testing.T, h *Harness) {
 		t.Fatalf("proved at %s (%s), want %s in UTC", got.ProvedAt, got.ProvedAt.Location(), want.ProvedAt)
 	}
 	sameProof(t, "round trip", got, want)
-	var provider, op, model, verdict, detail string
+	var provider, op, model, endpoint, verdict, detail string
 	var calls, provedAt int64
-	if err := s.db.QueryRow(ctx, `SELECT provider, op, model, verdict, calls, detail, proved_at FROM provider_proofs WHERE id = ?`, want.ID).
-		Scan(&provider, &op, &model, &verdict, &calls, &detail, &provedAt); err != nil {
+	if err := s.db.QueryRow(ctx, `SELECT provider, op, model, endpoint, verdict, calls, detail, proved_at FROM provider_proofs WHERE id = ?`, want.ID).
+		Scan(&provider, &op, &model, &endpoint, &verdict, &calls, &detail, &provedAt); err != nil {
 		t.Fatal(err)
 	}
-	if provider != want.Provider || op != want.Op || model != want.Model || verdict != string(want.Verdict) ||
+	if provider != want.Provider || op != want.Op || model != want.Model || endpoint != want.Endpoint || verdict != string(want.Verdict) ||
 		calls != 0 || detail != want.Detail || provedAt != at.UnixMilli() {
 		t.Fatalf("stored row %q %q %q %q %d %d-byte detail at %d, want %+v at %d", provider, op, model, verdict, calls, len(detail), provedAt, want, at.UnixMilli())
 	}
 }
 
-// The latest proof is the newest by proved_at however the rows were
-// written, then the later row of a tie; another provider, operation or
-// model is never it; a key without a proof is ErrNotFound. Every proof is
-// kept.
+// The latest proof is the one recorded last, whatever the dates the
+// probing hosts' clocks gave them: a newer verdict from a host whose clock
+// is behind still wins, and a proof dated in the future is replaced by the
+// next one. Another provider, operation, model or endpoint is never it; a
+// key without a proof is ErrNotFound. Every proof is kept.
 func testLatestProof(t *testing.T, h *Harness) {
 	t.Parallel()
 	s := h.open(t, nil)
@@ -104,26 +109,30 @@ func testLatestProof(t *testing.T, h *Harness) {
 	if _, err := latest(t, s, p, op, m); !errors.Is(err, pipeline.ErrNotFound) {
 		t.Fatalf("latest of an empty store: %v, want ErrNotFound", err)
 	}
-	newer := record(t, s, proof(p, op, m, pipeline.ProofIdempotent, t0.Add(time.Hour)))
-	record(t, s, proof(p, op, m, pipeline.ProofNotIdempotent, t0)) // written later, dated earlier
+	record(t, s, proof(p, op, m, pipeline.ProofIdempotent, t0.Add(time.Hour)))
+	behind := record(t, s, proof(p, op, m, pipeline.ProofNotIdempotent, t0)) // written later, dated earlier
 	got, err := latest(t, s, p, op, m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sameProof(t, "an older proof written after a newer one", got, newer)
+	sameProof(t, "a proof written after another, dated earlier", got, behind)
 
-	// A tie on proved_at goes to the row written last.
+	// A proof from the future does not hide the next one.
+	record(t, s, proof(p, op, m, pipeline.ProofIdempotent, t0.Add(365*24*time.Hour)))
 	tie := record(t, s, proof(p, op, m, pipeline.ProofNotIdempotent, t0.Add(time.Hour)))
 	got, err = latest(t, s, p, op, m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sameProof(t, "two proofs of the same millisecond", got, tie)
+	sameProof(t, "a proof written after one dated a year ahead", got, tie)
 
 	// Newer proofs of neighbouring keys are not this key's.
 	for _, k := range [][3]string{{"replicate", op, m}, {p, pipeline.OpSpeech, m}, {p, op, "flux-2"}, {p + "x", op, m}} {
 		record(t, s, proof(k[0], k[1], k[2], pipeline.ProofIdempotent, t0.Add(2*time.Hour)))
 	}
+	elsewhere := proof(p, op, m, pipeline.ProofIdempotent, t0.Add(2*time.Hour))
+	elsewhere.Endpoint = "http://127.0.0.1:8081"
+	elsewhere = record(t, s, elsewhere)
 	got, err = latest(t, s, p, op, m)
 	if err != nil {
 		t.Fatal(err)
@@ -138,10 +147,16 @@ func testLatestProof(t *testing.T, h *Harness) {
 			t.Errorf("latest of %v: %v, want ErrNotFound", k, err)
 		}
 	}
-	if n := proofRows(t, s); n != 7 {
-		t.Fatalf("%d proof rows, want all 7 (proofs are history)", n)
+	if got, err := s.LatestProof(context.Background(), &pipeline.LatestProofParams{Provider: p, Op: op, Model: m, Endpoint: elsewhere.Endpoint}); err != nil {
+		t.Fatal(err)
+	} else {
+		sameProof(t, "the proof of another endpoint", got, elsewhere)
 	}
-	for _, bad := range []*pipeline.LatestProofParams{nil, {Op: op, Model: m}, {Provider: p, Model: m}, {Provider: p, Op: op}} {
+	if n := proofRows(t, s); n != 9 {
+		t.Fatalf("%d proof rows, want all 9 (proofs are history)", n)
+	}
+	for _, bad := range []*pipeline.LatestProofParams{nil, {Op: op, Model: m, Endpoint: proofEndpoint}, {Provider: p, Model: m, Endpoint: proofEndpoint},
+		{Provider: p, Op: op, Endpoint: proofEndpoint}, {Provider: p, Op: op, Model: m}} {
 		if _, err := s.LatestProof(context.Background(), bad); !errors.Is(err, pipeline.ErrInvalidInput) {
 			t.Errorf("latest of %+v: %v, want ErrInvalidInput", bad, err)
 		}
@@ -158,6 +173,7 @@ func testRecordProofRefusesInvalid(t *testing.T, h *Harness) {
 		"no provider":     func(p *pipeline.Proof) { p.Provider = "" },
 		"no op":           func(p *pipeline.Proof) { p.Op = "" },
 		"no model":        func(p *pipeline.Proof) { p.Model = "" },
+		"no endpoint":     func(p *pipeline.Proof) { p.Endpoint = "" },
 		"no verdict":      func(p *pipeline.Proof) { p.Verdict = "" },
 		"unknown verdict": func(p *pipeline.Proof) { p.Verdict = "maybe" },
 		"negative calls":  func(p *pipeline.Proof) { p.Calls = -1 },
@@ -186,8 +202,8 @@ func testRecordProofRefusesInvalid(t *testing.T, h *Harness) {
 	}
 }
 
-// ListProofs shows the latest proof of each key once, newest first (the
-// later row first on a tie), at most Limit.
+// ListProofs shows the latest proof of each key once, the last recorded
+// first, at most Limit.
 func testListProofs(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
@@ -196,18 +212,20 @@ func testListProofs(t *testing.T, h *Harness) {
 		t.Fatalf("list of an empty store: %+v, %v", got, err)
 	}
 	const p = "workers-ai"
-	// a: latest written first, an older one after it.
-	a := record(t, s, proof(p, pipeline.OpImage, "flux-1", pipeline.ProofIdempotent, t0.Add(3*time.Hour)))
-	record(t, s, proof(p, pipeline.OpImage, "flux-1", pipeline.ProofNotIdempotent, t0.Add(4*time.Minute)))
-	// b: the newest key, its latest written last.
+	// a: its latest written after a proof dated later.
+	record(t, s, proof(p, pipeline.OpImage, "flux-1", pipeline.ProofIdempotent, t0.Add(3*time.Hour)))
+	a := record(t, s, proof(p, pipeline.OpImage, "flux-1", pipeline.ProofNotIdempotent, t0.Add(4*time.Minute)))
+	// b: dated latest of all, but recorded before c, d and e.
 	record(t, s, proof(p, pipeline.OpSpeech, "melo", pipeline.ProofIdempotent, t0))
 	b := record(t, s, proof(p, pipeline.OpSpeech, "melo", pipeline.ProofNotIdempotent, t0.Add(5*time.Hour)))
-	// c and d tie with a on proved_at; written after it, they come first.
 	c := record(t, s, proof("replicate", pipeline.OpImage, "flux-1", pipeline.ProofIdempotent, t0.Add(3*time.Hour)))
-	d := record(t, s, proof(p, pipeline.OpImage, "flux-2", pipeline.ProofIdempotent, t0.Add(3*time.Hour)))
-	// e: the oldest key.
+	// d: the same provider, operation and model as a, at another endpoint.
+	dp := proof(p, pipeline.OpImage, "flux-1", pipeline.ProofIdempotent, t0.Add(3*time.Hour))
+	dp.Endpoint = "in-process"
+	d := record(t, s, dp)
+	// e: dated earliest, recorded last.
 	e := record(t, s, proof(p, pipeline.OpVideoSubmit, "wan", pipeline.ProofIdempotent, t0.Add(-time.Hour)))
-	want := []pipeline.Proof{b, d, c, a, e}
+	want := []pipeline.Proof{e, d, c, b, a}
 	for _, tt := range []struct{ limit, n int }{{0, 5}, {5, 5}, {pipeline.MaxProofListLimit, 5}, {4, 4}, {1, 1}} {
 		got, err := s.ListProofs(ctx, &pipeline.ListProofsParams{Limit: tt.limit})
 		if err != nil {

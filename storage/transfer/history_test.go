@@ -147,7 +147,7 @@ func buildHistory(t *testing.T) *history {
 	}
 	// Two probes' proofs of one model: the history moves, not only the latest.
 	for _, v := range []pipeline.ProofVerdict{pipeline.ProofNotIdempotent, pipeline.ProofIdempotent} {
-		if _, err := st.RecordProof(ctx, &pipeline.RecordProofParams{Proof: pipeline.Proof{Provider: "fake", Op: "image", Model: "m1",
+		if _, err := st.RecordProof(ctx, &pipeline.RecordProofParams{Proof: pipeline.Proof{Provider: "fake", Op: "image", Model: "m1", Endpoint: "in-process",
 			Verdict: v, Calls: 2, Detail: "same sha256, one charge", ProvedAt: clock.Now()}}); err != nil {
 			t.Fatal(err)
 		}
