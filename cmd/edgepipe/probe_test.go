@@ -189,7 +189,7 @@ func TestProviderProbeRecordsInTheJobStore(t *testing.T) {
 	if err := c.provider(t.Context(), []string{"proofs"}); err != nil {
 		t.Fatal(err)
 	}
-	if !regexp.MustCompile(`(?m)^http\s+image\s+fake-image-1\s+`+regexp.QuoteMeta(honest)+`\s+idempotent\s+\S+Z\s+\d+s\s+yes$`).MatchString(c.out.String()) {
+	if !regexp.MustCompile(`(?m)^http\s+image\s+fake-image-1\s+` + regexp.QuoteMeta(honest) + `\s+idempotent\s+\S+Z\s+\d+s\s+yes$`).MatchString(c.out.String()) {
 		t.Errorf("proofs after an idempotent probe:\n%s", c.out)
 	}
 	// The same provider name and model, now behind a proxy that drops
