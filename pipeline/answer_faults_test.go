@@ -303,12 +303,17 @@ func TestWholeStoreOutageKeepsSpooledAnswer(t *testing.T) {
 		h.clock.Advance(2 * time.Minute)
 	}
 	objs.down.Store(false)
-	h.drain(5)
-	if j := h.job(id); j.Status != pipeline.StatusSucceeded {
-		t.Fatalf("job %s (%s) after the outage; want succeeded", j.Status, j.LastErrorCode)
+	// The first attempt after the outage stages the spooled answer and
+	// uses it at once: no attempt more, no provider call.
+	if _, o, err := h.attempt("render-v1", true); err != nil || o.Status != pipeline.StatusSucceeded {
+		t.Fatalf("first attempt after the outage: %+v %v; want succeeded from the spooled answer", o, err)
 	}
 	if l := h.fake.Ledger().Billed; l.Speech != 1 {
 		t.Fatalf("speech billed %d times, want 1", l.Speech)
+	}
+	calls, err := h.store.ProviderCalls(context.Background(), id, 0, pipeline.OpSpeech)
+	if err != nil || len(calls) != 1 || calls[0].StagedKey == "" {
+		t.Fatalf("speech calls %+v %v; want one, pointing at its staged answer", calls, err)
 	}
 }
 

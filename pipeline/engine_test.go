@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -925,5 +926,51 @@ func TestEngineForgetRemovesSpool(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(other, "call-1")); err != nil {
 		t.Fatalf("another job's spool: %v, want it kept", err)
+	}
+}
+
+// bytesMetrics records BytesUploaded per kind.
+type bytesMetrics struct {
+	retryMetrics
+	bytes map[string]int64
+}
+
+func (m *bytesMetrics) BytesUploaded(kind string, n int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.bytes[kind] += n
+}
+
+func (m *bytesMetrics) uploaded() map[string]int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.bytes)
+}
+
+// Bytes written to the object store are counted by kind when written, and
+// not again when a second job of the same scene reuses the artifacts.
+func TestBytesUploadedCountsWrittenObjectsOnly(t *testing.T) {
+	t.Parallel()
+	m := &bytesMetrics{bytes: map[string]int64{}}
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) { ec.Metrics = m }))
+	sb := board(img("a quarry", "stone on stone", 600))
+	h.submit("v1-bytes-a", sb)
+	h.drain(5)
+	first := m.uploaded()
+	for _, kind := range []string{pipeline.ArtifactImage, pipeline.ArtifactSpeech, pipeline.KindStaged} {
+		if first[kind] <= 0 {
+			t.Errorf("after the first job, %s bytes uploaded = %d; want the written objects' size", kind, first[kind])
+		}
+	}
+	h.submit("v1-bytes-b", sb)
+	h.drain(5)
+	again := m.uploaded()
+	for _, kind := range []string{pipeline.ArtifactImage, pipeline.ArtifactSpeech, pipeline.KindStaged} {
+		if again[kind] != first[kind] {
+			t.Errorf("%s bytes went from %d to %d for a job that reused every artifact", kind, first[kind], again[kind])
+		}
+	}
+	if j := h.job("v1-bytes-b"); j.Status != pipeline.StatusSucceeded {
+		t.Fatalf("second job %s (%s)", j.Status, j.LastErrorCode)
 	}
 }
