@@ -367,3 +367,43 @@ func TestEngineStoreNoRetryOnPermanent(t *testing.T) {
 		t.Fatalf("%d tries, want 1", n)
 	}
 }
+
+// A paid answer staged by an attempt that died before recording the call
+// (its row still an intent) survives an operator's retry: the retry waives
+// the call, and the next attempt reuses the waived call's staged answer
+// instead of paying again.
+func TestWaivedCallKeepsItsStagedAnswer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) { ec.UnitConcurrency = 1 }))
+	const id = "v1-waived"
+	h.submit(id, board(img("a pier", "waves under the pier", 700)))
+	// Answers: #1 the image, #2 the speech; die right after the speech's
+	// was staged, before its call was recorded as answered.
+	h.crashAt("render-v1", "after_provider_response", 2)
+	// Park the job for review (as an ambiguity elsewhere would), then an
+	// operator retries it.
+	h.clock.Advance(2 * time.Minute)
+	cs, _, err := h.store.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 1, LeaseFor: time.Minute})
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("fetch %v %d", err, len(cs))
+	}
+	if err := h.store.Finish(ctx, cs[0].Lease, pipeline.Outcome{Status: pipeline.StatusNeedsReview, ErrorClass: pipeline.ClassAmbiguous,
+		ErrorCode: "test", ErrorMessage: "parked", RequiresAction: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.store.Decide(ctx, &pipeline.DecideParams{JobID: id, Decision: pipeline.DecisionRetry, Operator: "op"}); err != nil {
+		t.Fatal(err)
+	}
+	calls, err := h.store.ProviderCalls(ctx, id, 0, pipeline.OpSpeech)
+	if err != nil || len(calls) != 1 || calls[0].Status != pipeline.CallWaived || calls[0].StagedKey == "" {
+		t.Fatalf("speech calls after the retry %+v, %v; want one waived call with its staged answer", calls, err)
+	}
+	h.drain(5)
+	if j := h.job(id); j.Status != pipeline.StatusSucceeded {
+		t.Fatalf("job ended %s (%s), want succeeded from the staged answer", j.Status, j.LastErrorCode)
+	}
+	if n := h.fake.Ledger().Billed.Speech; n != 1 {
+		t.Fatalf("speech billed %d times, want 1: the waived call's answer was staged", n)
+	}
+}
