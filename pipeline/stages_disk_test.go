@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -151,8 +152,9 @@ func TestAnotherWorkerWaitsForSpooledAnswer(t *testing.T) {
 	}
 	// Worker 2 comes first: it waits for the answer, it does not stop for
 	// review (nor pay again).
-	if o := h.attemptOn(e2, "render-v1"); o.Status != pipeline.StatusRetryWait || !o.Infra || o.ErrorCode != "answer_not_staged_yet" {
-		t.Fatalf("worker 2 before worker 1 flushed: %+v; want an infrastructure wait", o)
+	if o := h.attemptOn(e2, "render-v1"); o.Status != pipeline.StatusRetryWait || !o.Infra || o.ErrorCode != "answer_not_staged_yet" ||
+		!strings.HasPrefix(o.ErrorMessage, "scene 1's paid speech is kept by another worker") {
+		t.Fatalf("worker 2 before worker 1 flushed: %+v; want an infrastructure wait for scene 1's speech", o)
 	}
 	if n, err := h.engine.FlushSpool(ctx); err != nil || n != 1 {
 		t.Fatalf("worker 1 flushed %d answers, %v; want 1", n, err)
