@@ -407,3 +407,34 @@ func TestWaivedCallKeepsItsStagedAnswer(t *testing.T) {
 		t.Fatalf("speech billed %d times, want 1: the waived call's answer was staged", n)
 	}
 }
+
+// An attempt that died after storing a unit's asset but before naming it
+// in the unit leaves the answer's staged copy behind: the next attempt
+// reuses the asset and never touches that copy. Forget, when the job is
+// over, releases it (row and object).
+func TestForgetReleasesAStagedAnswerLeftBehind(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHarness(t, withConfig(func(ec *pipeline.EngineConfig) { ec.UnitConcurrency = 1 }))
+	const id = "v1-leftstaged"
+	h.submit(id, board(img("a barn", "", 600)))
+	h.crashAt("render-v1", "after_asset_before_unit", 1)
+	h.clock.Advance(2 * time.Minute)
+	h.drain(5)
+	if j := h.job(id); j.Status != pipeline.StatusSucceeded {
+		t.Fatalf("job ended %s (%s)", j.Status, j.LastErrorCode)
+	}
+	left, err := h.store.StagedAnswers(ctx, &pipeline.StagedAnswersParams{JobID: id})
+	if err != nil || len(left) != 1 {
+		t.Fatalf("staged answers after the job: %+v %v; want the one the crashed attempt left", left, err)
+	}
+	if err := h.engine.Forget(ctx, id, pipeline.StatusSucceeded); err != nil {
+		t.Fatal(err)
+	}
+	if staged, err := h.store.StagedAnswers(ctx, &pipeline.StagedAnswersParams{JobID: id}); err != nil || len(staged) != 0 {
+		t.Fatalf("staged answers after Forget: %+v %v; want none", staged, err)
+	}
+	if _, err := h.objs.Head(ctx, left[0].Key); !errors.Is(err, pipeline.ErrNotFound) {
+		t.Fatalf("staged object %s after Forget: %v; want it deleted", left[0].Key, err)
+	}
+}
