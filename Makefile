@@ -2,7 +2,7 @@
 GO ?= go
 export CGO_ENABLED := 1
 
-.PHONY: setup run test test-postgres build vet bench demo images acceptance up up-postgres chaos mutation chromium
+.PHONY: setup run test test-postgres lint build vet bench demo images acceptance up up-postgres chaos mutation chromium
 
 build:
 	$(GO) build -o bin/edgepipe ./cmd/edgepipe
@@ -19,6 +19,15 @@ demo: setup build
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+
+# golangci-lint with .golangci.yml, pinned; installed with go install (not
+# a go.mod dependency) into the cache CI uses, when missing.
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := $(HOME)/.cache/edgepipe-bin/golangci-lint
+lint:
+	@$(GOLANGCI_LINT) version 2>/dev/null | grep -q ' $(GOLANGCI_LINT_VERSION:v%=%) ' || \
+		GOBIN=$(dir $(GOLANGCI_LINT)) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	$(GOLANGCI_LINT) run ./...
 
 # The job-store suites against a throwaway PostgreSQL (Debian's postgresql
 # package; scripts/postgres.sh runs initdb as the postgres user).

@@ -192,7 +192,7 @@ type teeWriter struct {
 func (w *teeWriter) WriteHeader(code int) {
 	if !w.wrote {
 		w.wrote = true
-		for k, v := range w.ResponseWriter.Header() {
+		for k, v := range w.Header() {
 			w.rec.Header()[k] = v
 		}
 		w.rec.WriteHeader(code)

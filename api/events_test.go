@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -115,7 +116,7 @@ func (s *sseStream) rest(t *testing.T) []sseEvent {
 	var out []sseEvent
 	for {
 		ev, err := s.next(t, nil)
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return out
 		}
 		out = append(out, ev)

@@ -235,7 +235,7 @@ func TestEventStreamOutlivesReadTimeoutUntilMaxAge(t *testing.T) {
 	var events []sseEvent
 	for {
 		ev, err := s.next(t, &comments)
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		events = append(events, ev)

@@ -256,7 +256,7 @@ func (s *Server) recover(next echo.HandlerFunc) echo.HandlerFunc {
 			if r == nil {
 				return
 			}
-			if r == http.ErrAbortHandler {
+			if r == http.ErrAbortHandler { //nolint:errorlint // the panic value itself, compared as net/http does
 				panic(r)
 			}
 			s.log.Error("panic in handler", "path", c.Path(), "panic", r, "stack", string(debug.Stack()))

@@ -140,7 +140,7 @@ func StartProxy(ctx context.Context, cfg ProxyConfig) (*Proxy, error) {
 	p := &Proxy{cfg: cfg, ln: ln, conns: map[*pair]struct{}{},
 		rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
 	p.wg.Add(1)
-	go p.acceptLoop()
+	go p.acceptLoop() //nolint:contextcheck // ctx ending closes the proxy (below); each dial has its own DialTimeout
 	if ctx.Done() != nil {
 		go func() {
 			<-ctx.Done()

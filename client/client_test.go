@@ -203,7 +203,7 @@ func TestAPIErrorIs(t *testing.T) {
 		for _, s := range all {
 			want := false
 			for _, w := range tc.want {
-				want = want || w == s
+				want = want || errors.Is(w, s)
 			}
 			if got := errors.Is(fmt.Errorf("wrapped: %w", e), s); got != want {
 				t.Errorf("%d %q: errors.Is(%v) = %v, want %v", tc.status, tc.code, s, got, want)

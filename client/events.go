@@ -41,7 +41,7 @@ func (c *Client) Events(ctx context.Context, id string, after int64) (*EventStre
 	if after > 0 {
 		hdr.Set("Last-Event-ID", strconv.FormatInt(after, 10))
 	}
-	resp, err := c.request(sctx, http.MethodGet, c.endpoint(nil, "v1", "jobs", id, "events"), hdr, nil)
+	resp, err := c.request(sctx, http.MethodGet, c.endpoint(nil, "v1", "jobs", id, "events"), hdr, nil) //nolint:bodyclose // the EventStream owns the body; its Close closes it
 	if err != nil {
 		cancel()
 		return nil, err

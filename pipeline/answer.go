@@ -161,7 +161,7 @@ func (u *unitRun) keepPaid(call *paidCall, body []byte) (*answer, error) {
 	defer cancel()
 	stageErr := u.withStoreRetries(sctx, func() error { return u.stage(sctx, ans, call.op, bytes.NewReader(body)) })
 	if stageErr != nil {
-		var spoolErr error = errors.New("no spool directory")
+		spoolErr := errors.New("no spool directory")
 		if u.d.SpoolDir != "" {
 			path := u.spoolPath(call.id)
 			if spoolErr = u.keepAnswer(ctx, path, body); spoolErr == nil {

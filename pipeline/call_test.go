@@ -366,7 +366,7 @@ func TestIdempotentVerifiedNeedsAFreshProof(t *testing.T) {
 			h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers {
 				return &panicProviders{op: pipeline.OpImage, times: 1}
 			}), withConfig(func(ec *pipeline.EngineConfig) {
-				if ec.Proofs = book; tc.err == errNoProofs {
+				if ec.Proofs = book; errors.Is(tc.err, errNoProofs) {
 					ec.Proofs = nil // fails closed: unproven
 				}
 			}))
@@ -379,7 +379,7 @@ func TestIdempotentVerifiedNeedsAFreshProof(t *testing.T) {
 			book.mu.Lock()
 			asked := book.asked
 			book.mu.Unlock()
-			if tc.err == errNoProofs {
+			if errors.Is(tc.err, errNoProofs) {
 				asked = []pipeline.LatestProofParams{{Provider: pipeline.ProviderName(h.prov, pipeline.OpImage), Op: pipeline.OpImage,
 					Model: h.prov.Model(pipeline.OpImage), Endpoint: pipeline.ProviderEndpoint(h.prov, pipeline.OpImage)}}
 			}
@@ -394,7 +394,7 @@ func TestIdempotentVerifiedNeedsAFreshProof(t *testing.T) {
 				}
 			}
 			calls, err := h.store.ProviderCalls(context.Background(), id, 0, pipeline.OpImage)
-			if tc.err != nil && tc.err != errNoProofs {
+			if tc.err != nil && !errors.Is(tc.err, errNoProofs) {
 				if err != nil || len(calls) != 0 {
 					t.Fatalf("image calls %+v %v; want none when the proofs cannot be read", calls, err)
 				}

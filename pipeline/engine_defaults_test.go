@@ -61,7 +61,7 @@ func TestLocalErr(t *testing.T) {
 	ce := &ClassifiedError{Class: ClassPermanent, Code: "x"}
 	fe := &FenceError{JobID: "j", AttemptID: "a", Op: "o"}
 	for _, err := range []error{ce, fe, ErrCanceled, context.Canceled, context.DeadlineExceeded, fmt.Errorf("wrapped: %w", ce)} {
-		if got := localErr(err); got != err {
+		if got := localErr(err); got != err { //nolint:errorlint // identity: localErr must return err itself
 			t.Errorf("localErr(%v) = %v, want it unchanged", err, got)
 		}
 	}

@@ -570,8 +570,7 @@ func TestStageFailureStopsCallBeforeSend(t *testing.T) {
 	blocked := make(chan struct{})
 	var once sync.Once
 	var failedOnce atomic.Bool
-	var h *harness
-	h = newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers {
+	h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers {
 		return &hookProviders{before: func(ctx context.Context, op, unit string) error {
 			if op != pipeline.OpImage || failedOnce.Load() {
 				return nil

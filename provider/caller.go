@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -177,7 +178,7 @@ func (c *Caller) Do(ctx context.Context, r Request) (*Response, error) {
 	if !r.Read {
 		client = c.billClient
 	}
-	resp, err := client.Do(req)
+	resp, err := client.Do(req) //nolint:bodyclose // statusError closes it, or the returned Response owns it
 	if err != nil {
 		cancel()
 		return nil, c.fail(r, c.transportError(ctx, r, tr, 0, err))
@@ -238,8 +239,12 @@ func (c *Caller) BadResponse(r Request, status int, cause error) error {
 // Fail logs a CallError built by an adapter and returns it.
 func (c *Caller) Fail(r Request, ce *pipeline.CallError) error { return c.fail(r, ce) }
 
+// The log record needs no context: fail is a leaf that only logs.
+//
+//nolint:contextcheck // logging with context.Background, nothing is canceled
 func (c *Caller) fail(r Request, err error) error {
-	if ce, ok := err.(*pipeline.CallError); ok {
+	var ce *pipeline.CallError
+	if errors.As(err, &ce) {
 		level := slog.LevelWarn
 		if r.Read {
 			level = slog.LevelDebug
@@ -350,7 +355,7 @@ func (c *Caller) canceled(parent context.Context, r Request, tr *traceState) err
 		msg = "provider " + r.Op + ": canceled after the request may have reached the provider"
 		c.cfg.Logger.Warn("provider call canceled after the request may have been sent", "op", r.Op, "unit", r.Unit, "err", cause)
 	}
-	if cause != nil && cause != err {
+	if cause != nil && cause != err { //nolint:errorlint // identity: do not print the same error twice
 		return fmt.Errorf("%s: %w (%w)", msg, err, cause)
 	}
 	return fmt.Errorf("%s: %w", msg, err)
@@ -370,7 +375,7 @@ type callerBody struct {
 
 func (b *callerBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
-	if err != nil && err != io.EOF {
+	if err != nil && !errors.Is(err, io.EOF) {
 		err = b.c.fail(b.r, b.c.transportError(b.parent, b.r, b.tr, b.status, err))
 	}
 	return n, err

@@ -331,7 +331,7 @@ func (h *HTTP) canceled(parent context.Context, c *call, tr *traceState) error {
 		msg = "provider " + c.op + ": canceled after the request may have reached the provider"
 		h.log.Warn("provider call canceled after the request may have been sent", "op", c.op, "unit", c.unit, "err", cause)
 	}
-	if cause != nil && cause != err {
+	if cause != nil && cause != err { //nolint:errorlint // identity: do not print the same error twice
 		return fmt.Errorf("%s: %w (%w)", msg, err, cause)
 	}
 	return fmt.Errorf("%s: %w", msg, err)

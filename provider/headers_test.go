@@ -35,19 +35,19 @@ func recorder(t *testing.T) (string, func() []seen) {
 		mu.Lock()
 		got = append(got, s)
 		mu.Unlock()
-		switch {
-		case r.URL.Path == "/api/v1/images":
+		switch r.URL.Path {
+		case "/api/v1/images":
 			w.Header().Set("Content-Type", "image/png")
-		case r.URL.Path == "/api/v1/speech":
+		case "/api/v1/speech":
 			w.Header().Set("Content-Type", "audio/wav")
-		case r.URL.Path == "/api/v1/videos":
+		case "/api/v1/videos":
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusAccepted)
 			_, _ = io.WriteString(w, `{"id":"vid_1","status":"queued"}`)
-		case r.URL.Path == "/api/v1/videos/vid_1":
+		case "/api/v1/videos/vid_1":
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = io.WriteString(w, `{"id":"vid_1","status":"running"}`)
-		case r.URL.Path == "/api/v1/videos/vid_1/content":
+		case "/api/v1/videos/vid_1/content":
 			w.Header().Set("Content-Type", "video/mp4")
 		default:
 			http.NotFound(w, r)

@@ -471,6 +471,8 @@ func (h *HTTP) doJSON(ctx context.Context, c *call, v any, ok ...int) error {
 
 // fail logs a failed call and returns err unchanged. Failed reads are
 // routine (a poll before the video is ready) and log at debug.
+//
+//nolint:contextcheck // logging with context.Background, nothing is canceled
 func (h *HTTP) fail(c *call, err error) error {
 	var ce *pipeline.CallError
 	if errors.As(err, &ce) {
@@ -518,7 +520,7 @@ type mediaBody struct {
 
 func (b *mediaBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
-	if err != nil && err != io.EOF {
+	if err != nil && !errors.Is(err, io.EOF) {
 		err = b.h.fail(b.c, b.h.transportError(b.parent, b.c, b.tr, b.c.status, err))
 	}
 	return n, err

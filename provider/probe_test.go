@@ -131,12 +131,11 @@ func keyStripper(t *testing.T, ledger bool) (*fake.Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	direct := rp.Director
-	rp.Director = func(r *http.Request) {
-		direct(r)
-		r.Header.Del(provider.HeaderIdempotencyKey)
-	}
+	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+		pr.SetURL(u)
+		pr.Out.Host = pr.In.Host // as NewSingleHostReverseProxy did
+		pr.Out.Header.Del(provider.HeaderIdempotencyKey)
+	}}
 	var h http.Handler = rp
 	if !ledger {
 		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

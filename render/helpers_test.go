@@ -121,13 +121,12 @@ func writeWAV(t testing.TB, path string, rate, channels int, dur time.Duration, 
 // sceneFixtures are the shared inputs: one picture and narrations shorter
 // and longer than the scenes, made once per test binary.
 type sceneFixtures struct {
-	dir       string
-	image     string
-	shortWAV  string // 0.6 s: padded with silence
-	longWAV   string // 2.5 s: trimmed
-	video     string // 400x300 @ 30 fps, 1.3 s, no audio
-	videoSnd  string // 352x288 @ 15 fps, 0.7 s, with audio
-	videoMade bool
+	dir      string
+	image    string
+	shortWAV string // 0.6 s: padded with silence
+	longWAV  string // 2.5 s: trimmed
+	video    string // 400x300 @ 30 fps, 1.3 s, no audio
+	videoSnd string // 352x288 @ 15 fps, 0.7 s, with audio
 }
 
 var (

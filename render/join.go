@@ -116,7 +116,7 @@ func (r *Renderer) Join(ctx context.Context, clipPaths []string, w io.Writer) (J
 		return JoinResult{}, fmt.Errorf("render: join: writing the render: %w", out.err)
 	}
 	waitErr := cmd.Wait()
-	r.logStderr("join", tail, redact, time.Since(start))
+	r.logStderr(ctx, "join", tail, redact, time.Since(start))
 	if err := processFailure(ctx, "ffmpeg", "join", waitErr, tail, redact); err != nil {
 		return JoinResult{}, err
 	}

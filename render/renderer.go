@@ -165,7 +165,7 @@ func (r *Renderer) runFFmpeg(ctx context.Context, op string, args []string, reda
 	cmd.Stdout = io.Discard
 	start := time.Now()
 	err := cmd.Run()
-	r.logStderr(op, tail, redact, time.Since(start))
+	r.logStderr(ctx, op, tail, redact, time.Since(start))
 	return processFailure(ctx, "ffmpeg", op, err, tail, redact)
 }
 
@@ -186,9 +186,9 @@ func processFailure(ctx context.Context, tool, op string, err error, tail *tailB
 	return fmt.Errorf("render: %s %s: %w", tool, op, err)
 }
 
-func (r *Renderer) logStderr(op string, tail *tailBuffer, redact []redaction, took time.Duration) {
-	if !r.log.Enabled(context.Background(), slog.LevelDebug) {
+func (r *Renderer) logStderr(ctx context.Context, op string, tail *tailBuffer, redact []redaction, took time.Duration) {
+	if !r.log.Enabled(ctx, slog.LevelDebug) {
 		return
 	}
-	r.log.Debug("render: ffmpeg finished", "op", op, "took", took, "stderr", summarize(tail.String(), redact))
+	r.log.DebugContext(ctx, "render: ffmpeg finished", "op", op, "took", took, "stderr", summarize(tail.String(), redact))
 }

@@ -74,7 +74,7 @@ func benchAPI(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	bareURL, stopBare, err := serveLoopback(api.BareHandler())
+	bareURL, stopBare, err := serveLoopback(ctx, api.BareHandler())
 	if err != nil {
 		return err
 	}
@@ -156,7 +156,7 @@ func benchAPIServer(ctx context.Context, dir, databaseURL string) (benchStore, s
 	if err != nil {
 		return fail(err)
 	}
-	url, stop, err := serveLoopback(srv.Handler())
+	url, stop, err := serveLoopback(ctx, srv.Handler())
 	if err != nil {
 		return fail(err)
 	}
@@ -183,7 +183,7 @@ func (w wrkRun) run(ctx context.Context, url string) (wrkResult, error) {
 	cmd.Env = append(os.Environ(), "EDGEPIPE_TOKEN="+benchAPIToken)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return wrkResult{}, fmt.Errorf("wrk: %v: %s", err, out)
+		return wrkResult{}, fmt.Errorf("wrk: %w: %s", err, out)
 	}
 	return parseWrk(string(out))
 }
@@ -233,8 +233,9 @@ func reportBenchAPI(ctx context.Context, st benchStore, before int, real, bare w
 	return nil
 }
 
-func serveLoopback(h http.Handler) (string, func(), error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func serveLoopback(ctx context.Context, h http.Handler) (string, func(), error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err
 	}
@@ -245,7 +246,8 @@ func serveLoopback(h http.Handler) (string, func(), error) {
 		}
 	}()
 	return "http://" + ln.Addr().String(), func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// The stop runs in a defer, perhaps after ctx ended: shut down anyway.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	}, nil

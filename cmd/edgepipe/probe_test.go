@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
@@ -93,9 +92,11 @@ func startProbeFake(t *testing.T, stripKey bool) (*fake.Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	direct := rp.Director
-	rp.Director = func(r *http.Request) { direct(r); r.Header.Del(provider.HeaderIdempotencyKey) }
+	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+		pr.SetURL(u)
+		pr.Out.Host = pr.In.Host // as NewSingleHostReverseProxy did
+		pr.Out.Header.Del(provider.HeaderIdempotencyKey)
+	}}
 	px := httptest.NewServer(rp)
 	t.Cleanup(px.Close)
 	return srv, px.URL

@@ -162,7 +162,7 @@ func (a *App) Build(ctx context.Context, withAPI, withSweeper bool, workers int)
 		}
 	}
 	if withAPI {
-		if err := a.buildAPI(p); err != nil {
+		if err := a.buildAPI(ctx, p); err != nil {
 			return nil, err
 		}
 	}
@@ -287,8 +287,8 @@ func (a *App) buildSweeper(p *Parts, fps *failpoint.Set) error {
 }
 
 // buildAPI makes the HTTP API, its server and its listener.
-func (a *App) buildAPI(p *Parts) error {
-	ops, err := a.routedOperations()
+func (a *App) buildAPI(ctx context.Context, p *Parts) error {
+	ops, err := a.routedOperations(ctx)
 	if err != nil {
 		return err
 	}
@@ -301,7 +301,8 @@ func (a *App) buildAPI(p *Parts) error {
 	if p.HTTP, err = api.NewHTTPServer(p.API.Handler(), a.Cfg.HTTP); err != nil {
 		return err
 	}
-	l, err := net.Listen("tcp", a.Cfg.Addr)
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", a.Cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("EDGEPIPE_ADDR: %w", err)
 	}

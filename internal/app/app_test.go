@@ -342,7 +342,7 @@ func TestRoutedOperations(t *testing.T) {
 		{map[string]string{"EDGEPIPE_PROVIDER_URL": "http://fake.example:9000/api"}, "http://fake.example:9000/api"},
 	} {
 		a, _, _ := openLogging(t, tc.env)
-		ops, err := a.routedOperations()
+		ops, err := a.routedOperations(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}

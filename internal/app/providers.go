@@ -96,14 +96,14 @@ func (a *App) buildProvider(ctx context.Context, kind string) (pipeline.Provider
 // kind without EDGEPIPE_PROVIDER_URL is a client of an in-process fake
 // that is never started (nothing is called; only names, models, contracts
 // and endpoints are read).
-func (a *App) routedOperations() ([]api.RoutedOperation, error) {
+func (a *App) routedOperations(ctx context.Context) ([]api.RoutedOperation, error) {
 	routing, err := a.Cfg.ProviderRouting.Routing()
 	if err != nil {
 		return nil, err
 	}
 	var out []api.RoutedOperation
 	for _, op := range provider.RoutedOps {
-		p, err := a.buildProviderStarting(context.Background(), routing[op], false)
+		p, err := a.buildProviderStarting(ctx, routing[op], false)
 		if err != nil {
 			return nil, err
 		}

@@ -224,7 +224,8 @@ func TestStartStop(t *testing.T) {
 	if err := s.Stop(stopCtx); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
-	if _, err := http.Get(base + "/healthz"); err == nil {
+	if resp, err := http.Get(base + "/healthz"); err == nil {
+		resp.Body.Close()
 		t.Fatal("server still answers after Stop")
 	}
 	if _, err := s.Start(ctx, "127.0.0.1:0"); !errors.Is(err, ErrClosed) {
@@ -419,7 +420,8 @@ func TestRunServesUntilCanceled(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after cancel")
 	}
-	if _, err := http.Get(s.BaseURL() + "/healthz"); err == nil {
+	if resp, err := http.Get(s.BaseURL() + "/healthz"); err == nil {
+		resp.Body.Close()
 		t.Fatal("still serving after Run returned")
 	}
 }

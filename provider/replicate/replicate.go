@@ -565,7 +565,7 @@ type paidBody struct {
 
 func (b *paidBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
-	if err != nil && err != io.EOF {
+	if err != nil && !errors.Is(err, io.EOF) {
 		err = b.a.after(b.op, b.id, pipeline.OutcomeUnknown, provider.CodeConnectionLost, err)
 	}
 	return n, err

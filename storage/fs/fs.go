@@ -157,7 +157,7 @@ type hashingWriter struct {
 
 func (w *hashingWriter) Write(p []byte) (int, error) {
 	n, err := w.f.Write(p)
-	w.h.Write(p[:n])
+	_, _ = w.h.Write(p[:n]) // a hash: its Write never fails
 	w.n += int64(n)
 	if err != nil {
 		return n, writeError{err}

@@ -190,8 +190,8 @@ func (s *Store) Migrate(ctx context.Context) error {
 	defer func() {
 		// A failed unlock leaves the session holding the lock: drop the
 		// connection so the lock goes with it.
-		if _, err := conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, migrationLock); err != nil {
-			_ = conn.Conn().Close(context.Background())
+		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, migrationLock); err != nil {
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
 		}
 	}()
 	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -222,7 +222,7 @@ func (s *Store) applyMigration(ctx context.Context, conn *pgx.Conn, m migration)
 	if err != nil {
 		return false, translate(err)
 	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	var n int
 	if err := tx.QueryRow(ctx, `SELECT count(*) FROM schema_migrations WHERE version = $1`, m.Version).Scan(&n); err != nil {
 		return false, translate(err)
@@ -282,12 +282,12 @@ func (s *Store) runTx(ctx context.Context, fn func(tx pgx.Tx) error) (err error)
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			_ = tx.Rollback(context.Background())
+			_ = tx.Rollback(context.WithoutCancel(ctx))
 			panic(p)
 		}
 	}()
 	if err := fn(tx); err != nil {
-		_ = tx.Rollback(context.Background())
+		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return err
 	}
 	return tx.Commit(ctx)

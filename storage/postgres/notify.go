@@ -103,7 +103,7 @@ func (l *Listener) listen(ctx context.Context, first *bool) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.Background())
+	defer conn.Close(context.WithoutCancel(ctx)) // closes even when ctx ended the listen
 	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
 		return err
 	}

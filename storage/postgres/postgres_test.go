@@ -279,7 +279,7 @@ func TestDatabaseClock(t *testing.T) {
 		t.Fatalf("default clock is %T, want the database clock", s.clock)
 	}
 	c.offset.Store(int64(time.Hour)) // as if this machine ran an hour behind
-	if d := c.Now().Sub(time.Now()); d < 59*time.Minute {
+	if d := time.Until(c.Now()); d < 59*time.Minute {
 		t.Fatalf("offset not applied: %s", d)
 	}
 	c.measure(ctx)

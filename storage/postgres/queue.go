@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -360,7 +361,7 @@ func checkFence(ctx context.Context, tx pgx.Tx, now int64, lease pipeline.Lease,
 	var one int
 	err := tx.QueryRow(ctx, `SELECT 1 FROM jobs WHERE id = $1 AND attempt_id = $2 AND status = 'running'
 		AND lease_expires_at > $3 FOR UPDATE`, lease.JobID, lease.AttemptID, now).Scan(&one)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return &pipeline.FenceError{JobID: lease.JobID, AttemptID: lease.AttemptID, Op: op}
 	}
 	return err

@@ -22,7 +22,7 @@ func (s *Store) JobStory(ctx context.Context, p *pipeline.JobStoryParams) (pipel
 	if err != nil {
 		return st, translate(err)
 	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if st.Job, err = scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1`, p.JobID)); err != nil {
 		return st, err
 	}

@@ -22,7 +22,7 @@ func (s *Store) ExportRows(ctx context.Context, p *pipeline.ExportParams) error 
 	if err != nil {
 		return translate(err)
 	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	desc, types, err := describe(ctx, tx, false)
 	if err != nil {
 		return err
@@ -202,7 +202,7 @@ func (s *Store) ImportRows(ctx context.Context, p *pipeline.ImportParams) error 
 	if err != nil {
 		return translate(err)
 	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	desc, _, err := describe(ctx, tx, false)
 	if err != nil {
 		return err

@@ -141,12 +141,11 @@ func (s *Store) createJobTx(ctx context.Context, tx *wtx, now int64, nj pipeline
 	if err != nil {
 		return job, false, insertJobError(err, nj)
 	}
-	evID, err := appendEvent(ctx, tx, now, nj.ID, pipeline.EventCreated, "", pipeline.StatusPending, "", map[string]any{"version": nj.Version, "queue": nj.Queue})
-	if err != nil {
+	if _, err := appendEvent(ctx, tx, now, nj.ID, pipeline.EventCreated, "", pipeline.StatusPending, "", map[string]any{"version": nj.Version, "queue": nj.Queue}); err != nil {
 		return job, false, err
 	}
 	if nj.DeadLetterReason != "" {
-		evID, err = appendEvent(ctx, tx, now, nj.ID, pipeline.EventStatus, pipeline.StatusPending, pipeline.StatusDeadLettered, "",
+		evID, err := appendEvent(ctx, tx, now, nj.ID, pipeline.EventStatus, pipeline.StatusPending, pipeline.StatusDeadLettered, "",
 			map[string]any{"reason": nj.DeadLetterReason})
 		if err != nil {
 			return job, false, err
@@ -226,7 +225,7 @@ func (s *Store) ListJobs(ctx context.Context, f pipeline.ListFilter) ([]pipeline
 		args = append(args, f.Tenant)
 	}
 	if len(f.Statuses) > 0 {
-		q += ` AND status IN (` + placeholders(len(f.Statuses)) + `)`
+		q += ` AND status IN (` + placeholders(len(f.Statuses)) + `)` //nolint:gosec // G202: only "?" placeholders are concatenated
 		for _, st := range f.Statuses {
 			args = append(args, string(st))
 		}

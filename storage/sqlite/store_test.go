@@ -56,17 +56,6 @@ func countRows(t *testing.T, s *Store, q string, args ...any) int {
 	return n
 }
 
-// deadLettered creates n jobs stored directly as dead letters, ids v2-dl000….
-func deadLettered(t *testing.T, s *Store, n int) {
-	t.Helper()
-	for i := range n {
-		nj := newJob(fmt.Sprintf("v2-dl%03d", i))
-		nj.Version, nj.Queue = "v2", ""
-		nj.DeadLetterReason, nj.DeadLetterQueue, nj.DeadLetterDetail = pipeline.ReasonUnboundVersion, "render-v2", "v2 is not bound"
-		mustCreate(t, s, nj)
-	}
-}
-
 func TestMigrationsRecordedAndIdempotent(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "m.db")
@@ -112,26 +101,6 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("Open(%+v) = %v, want ErrInvalidInput", c, err)
 		}
 	}
-}
-
-// snapshot renders every mutable table so a test can show nothing changed.
-func snapshot(t *testing.T, s *Store) string {
-	t.Helper()
-	out := ""
-	for _, q := range []string{
-		`SELECT group_concat(id||status||coalesce(attempt_id,'')||coalesce(lease_expires_at,'')||coalesce(result_key,'')||stage||units_done||coalesce(frozen_input_json,''), '|') FROM jobs`,
-		`SELECT count(*)||':'||coalesce(max(id),0) FROM job_events`,
-		`SELECT group_concat(id||':'||visible_at||':'||delivery_count, '|') FROM queue_messages`,
-		`SELECT count(*) FROM dead_letters`,
-		`SELECT count(*) FROM webhook_outbox`,
-	} {
-		var v any
-		if err := s.read.QueryRow(q).Scan(&v); err != nil {
-			t.Fatal(err)
-		}
-		out += fmt.Sprint(v) + ";"
-	}
-	return out
 }
 
 // A data directory whose name holds URI metacharacters opens that exact

@@ -52,7 +52,7 @@ func (s *Store) ExportRows(ctx context.Context, p *pipeline.ExportParams) error 
 }
 
 func exportTable(ctx context.Context, tx *sql.Tx, t pipeline.TransferTable, emit func(string, []any) error) error {
-	rows, err := tx.QueryContext(ctx, `SELECT `+quoteList(t.Columns)+` FROM `+quote(t.Name)+` ORDER BY rowid`)
+	rows, err := tx.QueryContext(ctx, `SELECT `+quoteList(t.Columns)+` FROM `+quote(t.Name)+` ORDER BY rowid`) //nolint:gosec // G202: quoted names from the schema, not input
 	if err != nil {
 		return fmt.Errorf("sqlite: export %s: %w", t.Name, translate(err))
 	}
@@ -219,7 +219,7 @@ func importRows(ctx context.Context, tx *sql.Tx, next func() (string, []string, 
 				stmt.Close()
 			}
 			ph := strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ")
-			stmt, err = tx.PrepareContext(ctx, `INSERT INTO `+quote(table)+` (`+quoteList(cols)+`) VALUES (`+ph+`)`)
+			stmt, err = tx.PrepareContext(ctx, `INSERT INTO `+quote(table)+` (`+quoteList(cols)+`) VALUES (`+ph+`)`) //nolint:gosec // G202: quoted names from the schema and "?" placeholders
 			if err != nil {
 				return fmt.Errorf("sqlite: import %s: %w", table, translate(err))
 			}

@@ -91,7 +91,7 @@ func startMinIO(t testing.TB, bin string) (MinIOServer, error) {
 	home := t.TempDir()
 	data := t.TempDir()
 
-	cmd := exec.Command(bin, "server", "--quiet", "--address", addr, data)
+	cmd := exec.Command(bin, "server", "--quiet", "--address", addr, data) //nolint:noctx // outlives this call: stop kills it at the end of the tests
 	cmd.Env = append(os.Environ(),
 		"HOME="+home, // minio refuses to start without one
 		"MINIO_ROOT_USER="+srv.AccessKey,
@@ -108,7 +108,7 @@ func startMinIO(t testing.TB, bin string) (MinIOServer, error) {
 	go func() { exited <- cmd.Wait() }()
 	stop := func() {
 		_ = cmd.Process.Kill()
-		<-exited
+		<-exited //nolint:errcheck // killed on purpose: its exit status says nothing
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -143,7 +143,7 @@ func waitLive(ctx context.Context, endpoint string, exited <-chan error) error {
 		}
 		select {
 		case err := <-exited:
-			return fmt.Errorf("minio exited before it was live: %v", err)
+			return fmt.Errorf("minio exited before it was live: %w", err)
 		case <-ctx.Done():
 			return errors.New("minio not live after 60s")
 		case <-tick.C:
@@ -152,7 +152,8 @@ func waitLive(ctx context.Context, endpoint string, exited <-chan error) error {
 }
 
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}

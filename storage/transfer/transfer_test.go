@@ -131,8 +131,8 @@ func TestImportRefusesBrokenFile(t *testing.T) {
 		"version 2":    {strings.Replace(string(file), `"version":1`, `"version":2`, 1), transfer.ErrFormat},
 		"a float":      {strings.Replace(string(file), `"attempts":1,`, `"attempts":1.5,`, 1), transfer.ErrFormat},
 		"extra column": {strings.Replace(string(file), `"attempts":1,`, `"attempts":1,"zzz":1,`, 1), transfer.ErrFormat},
-		"unknown column": {strings.Replace(strings.Replace(string(file), `"attempts",`, `"attempts","zzz",`, 1),
-			`"attempts":1,`, `"attempts":1,"zzz":1,`, -1), transfer.ErrIncompatible},
+		"unknown column": {strings.ReplaceAll(strings.Replace(string(file), `"attempts",`, `"attempts","zzz",`, 1),
+			`"attempts":1,`, `"attempts":1,"zzz":1,`), transfer.ErrIncompatible},
 	} {
 		if _, err := transfer.Import(ctx, dst, strings.NewReader(c.file)); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", name, err, c.want)
