@@ -9,29 +9,17 @@ import (
 	"os"
 	"slices"
 
-	"edgepipe/api"
-	"edgepipe/check"
-	"edgepipe/pipeline"
+	"edgepipe/internal/jobstore"
 	"edgepipe/storage/postgres"
 	"edgepipe/storage/sqlite"
 	"edgepipe/storage/transfer"
-	"edgepipe/webhook"
 )
 
 // JobStore is the job store a deployment runs on: every interface its
 // consumers own. storage/sqlite (the embedded default) and storage/postgres
 // (EDGEPIPE_DATABASE_URL) implement it.
 type JobStore interface {
-	pipeline.Store
-	pipeline.SweepLedger
-	pipeline.PresenceStore
-	pipeline.DeadLetterPurger
-	pipeline.RateLimitStore
-	pipeline.ProofStore
-	api.Store
-	api.QueueStats
-	check.Store
-	webhook.Store
+	jobstore.Consumers
 	transfer.Source
 	transfer.Target
 	SchemaVersion(ctx context.Context) (int, error)

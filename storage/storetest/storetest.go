@@ -15,25 +15,14 @@ import (
 	"testing"
 	"time"
 
-	"edgepipe/api"
-	"edgepipe/check"
+	"edgepipe/internal/jobstore"
 	"edgepipe/pipeline"
-	"edgepipe/webhook"
 )
 
 // JobStore is everything the suite calls: the interfaces the consumers own,
 // and the operator and test methods both drivers have.
 type JobStore interface {
-	pipeline.Store
-	pipeline.SweepLedger
-	pipeline.PresenceStore
-	pipeline.DeadLetterPurger
-	pipeline.RateLimitStore
-	pipeline.ProofStore
-	api.Store
-	api.QueueStats
-	check.Store
-	webhook.Store
+	jobstore.Consumers
 
 	CreateJobs(ctx context.Context, njs []pipeline.NewJob) error
 	FinishMany(ctx context.Context, fs []pipeline.Finished) ([]error, error)
