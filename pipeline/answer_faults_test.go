@@ -255,15 +255,7 @@ func TestUnkeptAnswersQuery(t *testing.T) {
 		t.Fatalf("unkept answers of a job still in flight: %+v %v; want none", u, err)
 	}
 	// Park it for review (as an ambiguity elsewhere would).
-	h.clock.Advance(2 * time.Minute)
-	cs, _, err := h.store.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 1, LeaseFor: time.Minute})
-	if err != nil || len(cs) != 1 {
-		t.Fatalf("fetch %v %d", err, len(cs))
-	}
-	if err := h.store.Finish(ctx, cs[0].Lease, pipeline.Outcome{Status: pipeline.StatusNeedsReview, ErrorClass: pipeline.ClassAmbiguous,
-		ErrorCode: "test", ErrorMessage: "parked", RequiresAction: true}); err != nil {
-		t.Fatal(err)
-	}
+	h.parkForReview("render-v1")
 	if u, err := h.store.UnkeptAnswers(ctx); err != nil || len(u) != 1 || u[0].Op != pipeline.OpSpeech {
 		t.Fatalf("unkept answers of the parked job: %+v %v; want its spooled speech", u, err)
 	}

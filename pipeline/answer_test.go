@@ -383,15 +383,7 @@ func TestWaivedCallKeepsItsStagedAnswer(t *testing.T) {
 	h.crashAt("render-v1", "after_provider_response", 2)
 	// Park the job for review (as an ambiguity elsewhere would), then an
 	// operator retries it.
-	h.clock.Advance(2 * time.Minute)
-	cs, _, err := h.store.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 1, LeaseFor: time.Minute})
-	if err != nil || len(cs) != 1 {
-		t.Fatalf("fetch %v %d", err, len(cs))
-	}
-	if err := h.store.Finish(ctx, cs[0].Lease, pipeline.Outcome{Status: pipeline.StatusNeedsReview, ErrorClass: pipeline.ClassAmbiguous,
-		ErrorCode: "test", ErrorMessage: "parked", RequiresAction: true}); err != nil {
-		t.Fatal(err)
-	}
+	h.parkForReview("render-v1")
 	if _, err := h.store.Decide(ctx, &pipeline.DecideParams{JobID: id, Decision: pipeline.DecisionRetry, Operator: "op"}); err != nil {
 		t.Fatal(err)
 	}

@@ -110,6 +110,22 @@ func newHarness(t *testing.T, opts ...harnessOpt) *harness {
 	return h
 }
 
+// parkForReview claims queue's next job once its lease has lapsed and
+// settles it in needs_review, as an ambiguity elsewhere in the job would.
+func (h *harness) parkForReview(queue string) {
+	h.t.Helper()
+	ctx := context.Background()
+	h.clock.Advance(2 * time.Minute)
+	cs, _, err := h.store.Fetch(ctx, &pipeline.FetchParams{Queue: queue, Owner: "w", Max: 1, LeaseFor: time.Minute})
+	if err != nil || len(cs) != 1 {
+		h.t.Fatalf("fetch %v %d", err, len(cs))
+	}
+	if err := h.store.Finish(ctx, cs[0].Lease, pipeline.Outcome{Status: pipeline.StatusNeedsReview, ErrorClass: pipeline.ClassAmbiguous,
+		ErrorCode: "test", ErrorMessage: "parked", RequiresAction: true}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
 // submit creates a job the way the API does.
 func (h *harness) submit(id string, sb pipeline.Storyboard) pipeline.Job {
 	h.t.Helper()
