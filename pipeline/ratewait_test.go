@@ -16,12 +16,16 @@ type fakeLimiter struct {
 	takes    []pipeline.TakeRateTokenParams
 	released []int64
 	pauses   []pipeline.PauseRateBucketParams
-	refused  chan struct{} // receives on every refusal, if anyone listens
-	wait     time.Duration // of a refusal
+	// refused receives on every refusal. It is buffered so that a refusal
+	// made before the test listens is not lost: with a long wait the unit
+	// asks only once, and a dropped signal would leave the test waiting
+	// for a take that never comes again.
+	refused chan struct{}
+	wait    time.Duration // of a refusal
 }
 
 func newFakeLimiter() *fakeLimiter {
-	return &fakeLimiter{refused: make(chan struct{}), wait: 10 * time.Millisecond}
+	return &fakeLimiter{refused: make(chan struct{}, 1024), wait: 10 * time.Millisecond}
 }
 
 func (f *fakeLimiter) TakeRateToken(_ context.Context, p *pipeline.TakeRateTokenParams) (pipeline.RateGrant, error) {
