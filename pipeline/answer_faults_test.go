@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,7 +16,8 @@ import (
 // is unreachable.
 type downStore struct {
 	pipeline.ObjectStore
-	down atomic.Bool
+	down       atomic.Bool
+	stagedGets atomic.Int64 // reads of staged answers
 }
 
 var errRefused = errors.New("dial tcp 127.0.0.1:9000: connect: connection refused")
@@ -35,6 +37,9 @@ func (d *downStore) Head(ctx context.Context, key string) (pipeline.ObjectInfo, 
 }
 
 func (d *downStore) Get(ctx context.Context, key string, off, n int64) (io.ReadCloser, pipeline.ObjectInfo, error) {
+	if strings.HasPrefix(key, pipeline.PrefixStaging) {
+		d.stagedGets.Add(1)
+	}
 	if d.down.Load() {
 		return nil, pipeline.ObjectInfo{}, errRefused
 	}
@@ -302,6 +307,11 @@ func TestWholeStoreOutageKeepsSpooledAnswer(t *testing.T) {
 	}
 	if l := h.fake.Ledger().Billed; l.Speech != 1 {
 		t.Fatalf("speech billed %d times, want 1", l.Speech)
+	}
+	// The answer was read from the nearest copy, this worker's spool, not
+	// fetched back from the object store it was just staged in.
+	if n := objs.stagedGets.Load(); n != 0 {
+		t.Fatalf("%d reads of a staged answer, want none: the spool holds it", n)
 	}
 	calls, err := h.store.ProviderCalls(context.Background(), id, 0, pipeline.OpSpeech)
 	if err != nil || len(calls) != 1 || calls[0].StagedKey == "" {
