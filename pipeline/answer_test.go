@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -272,6 +273,68 @@ func TestEnginePaidAnswerSurvivesFullDisk(t *testing.T) {
 				t.Fatalf("speech billed %d times, want 1", n)
 			}
 		})
+	}
+}
+
+// refuseStagingThen refuses to stage speech answers like refuseStaging and
+// calls refused after every refusal.
+type refuseStagingThen struct {
+	pipeline.ObjectStore
+	refused func()
+}
+
+func (r refuseStagingThen) Put(ctx context.Context, key string, rd io.Reader, o pipeline.PutOptions) (pipeline.ObjectInfo, error) {
+	if strings.HasPrefix(key, pipeline.PrefixStaging) && strings.Contains(key, "-speech-") {
+		r.refused()
+		return pipeline.ObjectInfo{}, errors.New("connection refused")
+	}
+	return r.ObjectStore.Put(ctx, key, rd, o)
+}
+
+// The store refuses a paid answer and the disk is full when the worker
+// first tries to spool it; the disk frees up half a second after the
+// store's last refusal, while the spool write is being retried (after 100,
+// 200, 400 ms):
+// the answer is spooled, and the attempt waits for the store instead of
+// losing the answer to a human's review.
+func TestPaidAnswerWaitsForTheDiskToFreeUp(t *testing.T) {
+	t.Parallel()
+	const id = "v1-diskfrees"
+	var (
+		h       *harness
+		mu      sync.Mutex
+		dir     string
+		freeing *time.Timer
+	)
+	h = newHarness(t,
+		withConfig(func(ec *pipeline.EngineConfig) {
+			ec.UnitConcurrency = 1
+			ec.Objects = refuseStagingThen{ec.Objects, func() {
+				// The disk is full from every refusal until half a second
+				// after the last one.
+				mu.Lock()
+				defer mu.Unlock()
+				if freeing != nil {
+					freeing.Stop()
+				}
+				dir = blockSpool(t, h, id)
+				freeing = time.AfterFunc(500*time.Millisecond, func() { os.Remove(dir) })
+			}}
+		}))
+	h.submit(id, board(img("a quarry", "dust over the quarry", 700)))
+	_, o := runOnce(t, h)
+	if o.Status != pipeline.StatusRetryWait || o.ErrorCode != "object_store_error" || !o.Infra {
+		t.Fatalf("outcome %+v; want an infrastructure retry with the answer spooled", o)
+	}
+	calls, err := h.store.ProviderCalls(context.Background(), id, 0, pipeline.OpSpeech)
+	if err != nil || len(calls) != 1 {
+		t.Fatalf("speech calls %+v, %v", calls, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("call-%d", calls[0].ID))); err != nil {
+		t.Fatalf("the spooled answer: %v", err)
+	}
+	if n := h.fake.Ledger().Billed.Speech; n != 1 {
+		t.Fatalf("speech billed %d times, want 1", n)
 	}
 }
 
