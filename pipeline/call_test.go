@@ -233,6 +233,36 @@ func TestIntentRowsNameProviderAndModelPerOperation(t *testing.T) {
 	}
 }
 
+// An idempotency key goes with the requests of an operation declared
+// idempotent_verified and with no other: the audit row of a plain sync
+// call must not claim a key the provider never honoured.
+func TestIdempotencyKeyOnlyForDeclaredIdempotentOperations(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHarness(t)
+	const id = "v1-keys"
+	h.submit(id, board(img("a lock gate", "water through the gate", 600)))
+	h.drain(5)
+	if j := h.job(id); j.Status != pipeline.StatusSucceeded {
+		t.Fatalf("job %s (%s)", j.Status, j.LastErrorCode)
+	}
+	calls, err := h.store.ProviderCalls(ctx, id, -1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[bool]bool{}
+	for _, c := range calls {
+		declared := h.prov.Contract(c.Op) == pipeline.ContractIdempotentVerified
+		seen[declared] = true
+		if (c.IdempotencyKey != "") != declared {
+			t.Errorf("%s call (declared %s) has idempotency key %q", c.Op, h.prov.Contract(c.Op), c.IdempotencyKey)
+		}
+	}
+	if !seen[true] || !seen[false] {
+		t.Fatalf("calls %+v: want one operation declared idempotent_verified and one not", calls)
+	}
+}
+
 // expireFirstOutput answers the first download of a finished video the
 // way Replicate does once it deleted the output.
 type expireFirstOutput struct {
