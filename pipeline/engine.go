@@ -15,7 +15,8 @@ import (
 )
 
 // Renderer turns stored media into clips and joins them (render.Renderer,
-// through render.Factory). It is a pure function of its inputs: no provider.
+// through render.Factory, which checks the binaries once at start-up). It
+// is a pure function of its inputs: no provider.
 type Renderer interface {
 	SceneFromImage(ctx context.Context, imagePath, audioPath string, durationMS int, caption, outPath string) error
 	NormalizeVideo(ctx context.Context, videoPath, audioPath string, durationMS int, caption, outPath string) error

@@ -22,24 +22,37 @@ func (r *Renderer) Fingerprint() string { return r.ClipFingerprint() }
 var _ pipeline.Renderer = (*Renderer)(nil)
 
 // Factory returns a pipeline.RendererFactory that makes one Renderer per
-// output geometry from base (binaries are checked once per geometry).
-func Factory(base Config) pipeline.RendererFactory {
+// output geometry from base, a Renderer New made (so its binaries were
+// found, run and checked for their encoders, once, at start-up). A new
+// geometry costs no process: it is base's configuration at another size
+// and frame rate, validated, with base's resolved binaries and versions.
+// So no job waits for ffmpeg's -version and -encoders probes, nor for
+// another job's under the factory's lock.
+func Factory(base *Renderer) pipeline.RendererFactory {
 	var mu sync.Mutex
 	cache := map[string]*Renderer{}
-	return func(ctx context.Context, width, height, fps int) (pipeline.Renderer, error) {
+	return func(_ context.Context, width, height, fps int) (pipeline.Renderer, error) {
 		k := fmt.Sprintf("%dx%d@%d", width, height, fps)
 		mu.Lock()
 		defer mu.Unlock()
 		if r, ok := cache[k]; ok {
 			return r, nil
 		}
-		cfg := base
-		cfg.Width, cfg.Height, cfg.FPS = width, height, fps
-		r, err := New(ctx, cfg)
+		r, err := base.withGeometry(width, height, fps)
 		if err != nil {
 			return nil, err
 		}
 		cache[k] = r
 		return r, nil
 	}
+}
+
+// withGeometry is r at another output size and frame rate.
+func (r *Renderer) withGeometry(width, height, fps int) (*Renderer, error) {
+	cfg := r.cfg
+	cfg.Width, cfg.Height, cfg.FPS = width, height, fps
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Renderer{cfg: cfg, log: r.log, ffmpegVersion: r.ffmpegVersion, ffprobeVersion: r.ffprobeVersion}, nil
 }

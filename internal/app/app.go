@@ -183,10 +183,11 @@ func (a *App) buildWorker(ctx context.Context, p *Parts, fps *failpoint.Set, wit
 	rc.Logger = a.Log
 	// Check ffmpeg now: a missing binary is a start-up error naming
 	// the package, not a failure of the first job.
-	if _, err := render.New(ctx, rc); err != nil {
+	base, err := render.New(ctx, rc)
+	if err != nil {
 		return err
 	}
-	engine, err := pipeline.NewEngine(a.engineConfig(prov, render.Factory(rc), fps.Func()))
+	engine, err := pipeline.NewEngine(a.engineConfig(prov, render.Factory(base), fps.Func()))
 	if err != nil {
 		return err
 	}
