@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -63,6 +64,9 @@ type EngineConfig struct {
 	// UnitConcurrency bounds scenes generated in parallel
 	// (DefaultUnitConcurrency).
 	UnitConcurrency int
+	// ClipConcurrency bounds the clips of one job rendered at once
+	// (DefaultClipConcurrency).
+	ClipConcurrency int
 	// TempDir holds scene clips of an attempt.
 	TempDir string
 	// SpoolDir keeps paid provider results until stored (see ExecuteDeps).
@@ -126,6 +130,9 @@ func (c *EngineConfig) setDefaults() {
 	if c.UnitConcurrency == 0 {
 		c.UnitConcurrency = DefaultUnitConcurrency
 	}
+	if c.ClipConcurrency == 0 {
+		c.ClipConcurrency = DefaultClipConcurrency()
+	}
 	if c.TempDir == "" {
 		c.TempDir = os.TempDir()
 	}
@@ -157,6 +164,8 @@ func (c EngineConfig) Validate() error {
 		return errors.New("engine: no renderer")
 	case c.UnitConcurrency < 1:
 		return errors.New("engine: unit concurrency must be at least 1")
+	case c.ClipConcurrency < 1:
+		return errors.New("engine: clip concurrency must be at least 1")
 	}
 	if err := c.RateLimits.Validate(); err != nil {
 		return fmt.Errorf("engine: %w", err)
@@ -167,6 +176,11 @@ func (c EngineConfig) Validate() error {
 // DefaultUnitConcurrency is how many scenes of one job are generated at
 // once unless configured (EDGEPIPE_UNIT_CONCURRENCY).
 const DefaultUnitConcurrency = 4
+
+// DefaultClipConcurrency is how many clips of one job are rendered at once
+// unless configured (EDGEPIPE_CLIP_CONCURRENCY): the machine's cores, as
+// each ffmpeg process keeps about one busy.
+func DefaultClipConcurrency() int { return runtime.NumCPU() }
 
 // Engine runs one attempt of a job through the four stages.
 type Engine struct {
@@ -410,7 +424,7 @@ func (e *Engine) runStages(ctx context.Context, a *attempt) (string, error) {
 	var applied map[string]any
 	if renderStored(ctx, e.cfg.Store, a, r) {
 		applied = map[string]any{"skipped": "render_stored"}
-	} else if clips, err = apply(ctx, ApplyDeps{Cancel: e.cfg.Store, Objects: e.cfg.Objects, Renderer: r}, a); err != nil {
+	} else if clips, err = apply(ctx, ApplyDeps{Cancel: e.cfg.Store, Objects: e.cfg.Objects, Renderer: r, Concurrency: e.cfg.ClipConcurrency}, a); err != nil {
 		return "", localErr(err)
 	}
 	if err := e.cfg.Store.StageFinished(ctx, a.lease, StageApply, doneUnits(a.units), applied); err != nil {

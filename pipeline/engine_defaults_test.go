@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -27,6 +28,7 @@ func TestEngineConfigDefaults(t *testing.T) {
 		want any
 	}{
 		{"unit concurrency", c.UnitConcurrency, 4},
+		{"clip concurrency", c.ClipConcurrency, runtime.NumCPU()},
 		{"temp dir", c.TempDir, os.TempDir()},
 		{"video poll interval", c.VideoPollInterval, 100 * time.Millisecond},
 		{"video timeout", c.VideoTimeout, 10 * time.Minute},
@@ -43,11 +45,11 @@ func TestEngineConfigDefaults(t *testing.T) {
 		Clock:           NewManualClock(time.Unix(0, 0)),
 		Logger:          log,
 		Metrics:         nopMetrics{},
-		UnitConcurrency: 9, TempDir: "/x", VideoPollInterval: 7 * time.Millisecond, VideoTimeout: 3 * time.Second, SpoolPatience: time.Second,
+		UnitConcurrency: 9, ClipConcurrency: 5, TempDir: "/x", VideoPollInterval: 7 * time.Millisecond, VideoTimeout: 3 * time.Second, SpoolPatience: time.Second,
 	}
 	c = set
 	c.setDefaults()
-	if c.Retry.MaxAttempts != 2 || c.Retry.Base != time.Second || c.Clock != set.Clock || c.Logger != log || c.UnitConcurrency != 9 || c.TempDir != "/x" ||
+	if c.Retry.MaxAttempts != 2 || c.Retry.Base != time.Second || c.Clock != set.Clock || c.Logger != log || c.UnitConcurrency != 9 || c.ClipConcurrency != 5 || c.TempDir != "/x" ||
 		c.VideoPollInterval != 7*time.Millisecond || c.VideoTimeout != 3*time.Second || c.SpoolPatience != time.Second {
 		t.Fatalf("explicit settings changed by defaults: %+v", c)
 	}

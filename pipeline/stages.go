@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sync"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // CancelChecker is the one store method apply and finalize need besides the
@@ -23,6 +25,8 @@ type ApplyDeps struct {
 	Cancel   CancelChecker
 	Objects  ObjectStore
 	Renderer Renderer
+	// Concurrency bounds the clips rendered at once (at least 1).
+	Concurrency int
 }
 
 // FinalizeDeps is everything finalize may use. Like ApplyDeps it cannot reach
@@ -37,7 +41,11 @@ type FinalizeDeps struct {
 }
 
 // apply builds one clip per scene from the stored media, in the attempt's
-// scratch directory, and returns their paths in scene order.
+// scratch directory, up to d.Concurrency at once, and returns their paths in
+// scene order. The first clip that fails stops the others (their ffmpeg
+// processes are killed with the context) and is the error. A panic in a
+// clip's goroutine is carried back and raised again in the caller's, where
+// the attempt recovers it as it would any other.
 func apply(ctx context.Context, d ApplyDeps, a *attempt) ([]string, error) {
 	if err := checkCancel(ctx, d.Cancel, a.job.ID); err != nil {
 		return nil, err
@@ -48,52 +56,90 @@ func apply(ctx context.Context, d ApplyDeps, a *attempt) ([]string, error) {
 	}
 	aligned := d.Renderer.AlignDurations(durations)
 	clips := make([]string, len(a.units))
-	for i, u := range a.units {
-		scene := a.board.Scenes[i]
-		caption := ""
-		if a.workflow.Captions {
-			caption = scene.Narration
-			if caption == "" {
-				caption = " " // an empty cue keeps every clip's stream layout equal
-			}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(d.Concurrency, 1))
+	var (
+		mu      sync.Mutex
+		crashed any // the first clip's panic, with its stack
+	)
+	for i := range a.units {
+		g.Go(func() (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					mu.Lock()
+					if crashed == nil {
+						crashed = fmt.Sprintf("%v\n%s", r, debug.Stack())
+					}
+					mu.Unlock()
+					err = errClipPanicked
+				}
+			}()
+			clips[i], err = applyScene(gctx, d, a, i, aligned[i])
+			return err
+		})
+	}
+	err := g.Wait()
+	if crashed != nil {
+		panic(crashed)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
 		}
-		audio := ""
-		if key, ok := u.Artifacts[ArtifactSpeech]; ok {
-			p, err := download(ctx, d.Objects, key, filepath.Join(a.tmp, fmt.Sprintf("scene%03d.wav", i)))
-			if err != nil {
-				return nil, err
-			}
-			audio = p
-		}
-		out := filepath.Join(a.tmp, fmt.Sprintf("clip%03d.mov", i))
-		var err error
-		if key, ok := u.Artifacts[ArtifactVideo]; ok {
-			var src string
-			if src, err = download(ctx, d.Objects, key, filepath.Join(a.tmp, fmt.Sprintf("scene%03d.mp4", i))); err != nil {
-				return nil, err
-			}
-			err = d.Renderer.NormalizeVideo(ctx, src, audio, aligned[i], caption, out)
-		} else if key, ok := u.Artifacts[ArtifactImage]; ok {
-			var src string
-			if src, err = download(ctx, d.Objects, key, filepath.Join(a.tmp, fmt.Sprintf("scene%03d.png", i))); err != nil {
-				return nil, err
-			}
-			err = d.Renderer.SceneFromImage(ctx, src, audio, aligned[i], caption, out)
-		} else {
-			return nil, fmt.Errorf("apply: unit %d of job %s has no visual", i, a.job.ID)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			if diskFull(err) {
-				return nil, infraErr("local_disk_error", "the worker's scratch disk is full", err)
-			}
-			return nil, &ClassifiedError{Class: ClassTransient, Code: "render_failed", Message: fmt.Sprintf("scene %d could not be rendered", i+1), Cause: err}
-		}
-		clips[i] = out
+		return nil, err
 	}
 	return clips, nil
+}
+
+// errClipPanicked stops a clip's siblings when it panicked.
+var errClipPanicked = errors.New("a clip's renderer panicked")
+
+// applyScene builds scene i's clip.
+func applyScene(ctx context.Context, d ApplyDeps, a *attempt, i, durationMS int) (string, error) {
+	u := a.units[i]
+	scene := a.board.Scenes[i]
+	caption := ""
+	if a.workflow.Captions {
+		caption = scene.Narration
+		if caption == "" {
+			caption = " " // an empty cue keeps every clip's stream layout equal
+		}
+	}
+	audio := ""
+	if key, ok := u.Artifacts[ArtifactSpeech]; ok {
+		p, err := download(ctx, d.Objects, key, filepath.Join(a.tmp, fmt.Sprintf("scene%03d.wav", i)))
+		if err != nil {
+			return "", err
+		}
+		audio = p
+	}
+	out := filepath.Join(a.tmp, fmt.Sprintf("clip%03d.mov", i))
+	var err error
+	if key, ok := u.Artifacts[ArtifactVideo]; ok {
+		var src string
+		if src, err = download(ctx, d.Objects, key, filepath.Join(a.tmp, fmt.Sprintf("scene%03d.mp4", i))); err != nil {
+			return "", err
+		}
+		err = d.Renderer.NormalizeVideo(ctx, src, audio, durationMS, caption, out)
+	} else if key, ok := u.Artifacts[ArtifactImage]; ok {
+		var src string
+		if src, err = download(ctx, d.Objects, key, filepath.Join(a.tmp, fmt.Sprintf("scene%03d.png", i))); err != nil {
+			return "", err
+		}
+		err = d.Renderer.SceneFromImage(ctx, src, audio, durationMS, caption, out)
+	} else {
+		return "", fmt.Errorf("apply: unit %d of job %s has no visual", i, a.job.ID)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		if diskFull(err) {
+			return "", infraErr("local_disk_error", "the worker's scratch disk is full", err)
+		}
+		return "", &ClassifiedError{Class: ClassTransient, Code: "render_failed", Message: fmt.Sprintf("scene %d could not be rendered", i+1), Cause: err}
+	}
+	return out, nil
 }
 
 func download(ctx context.Context, objs ObjectStore, key, path string) (string, error) {

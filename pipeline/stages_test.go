@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"edgepipe/pipeline"
 )
@@ -99,6 +103,136 @@ func TestEngineRenderFailureIsRetried(t *testing.T) {
 	_, o := runOnce(t, h)
 	if o.Status != pipeline.StatusRetryWait || o.ErrorCode != "render_failed" || o.RequiresAction || o.ErrorMessage != "scene 1 could not be rendered" {
 		t.Fatalf("outcome %+v, want retry_wait render_failed", o)
+	}
+}
+
+// gatedRenderer holds every clip until released, counting the clips in
+// flight; the clip of scene failScene (1-based; 0 none) fails and the one
+// of scene panicScene panics, each once every other clip is held.
+type gatedRenderer struct {
+	stubRenderer
+	mu                    sync.Mutex
+	inFlight, most        int
+	reached               chan int // in-flight counts, as they grow
+	release               chan struct{}
+	stopped               atomic.Int32 // clips ended by their context
+	failScene, panicScene int
+}
+
+func (r *gatedRenderer) SceneFromImage(ctx context.Context, img, audio string, ms int, caption, out string) error {
+	scene := 0
+	if _, err := fmt.Sscanf(filepath.Base(out), "clip%03d.mov", &scene); err != nil {
+		return err
+	}
+	scene++
+	switch scene {
+	case r.failScene:
+		r.waitHeld(3)
+		return errors.New("ffmpeg exited 1")
+	case r.panicScene:
+		r.waitHeld(3)
+		panic("renderer bug")
+	}
+	r.mu.Lock()
+	r.inFlight++
+	r.most = max(r.most, r.inFlight)
+	n := r.inFlight
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.inFlight--
+		r.mu.Unlock()
+	}()
+	select {
+	case r.reached <- n:
+	default:
+	}
+	select {
+	case <-r.release:
+		return r.stubRenderer.SceneFromImage(ctx, img, audio, ms, caption, out)
+	case <-ctx.Done():
+		r.stopped.Add(1)
+		return ctx.Err()
+	case <-time.After(20 * time.Second):
+		return errors.New("held for 20 s: neither released nor stopped")
+	}
+}
+
+// waitHeld waits (10 s at most) until n clips are held.
+func (r *gatedRenderer) waitHeld(n int) {
+	for range 10_000 {
+		r.mu.Lock()
+		held := r.inFlight
+		r.mu.Unlock()
+		if held >= n {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func newGatedRenderer() *gatedRenderer {
+	return &gatedRenderer{reached: make(chan int, 64), release: make(chan struct{})}
+}
+
+func fourScenes() pipeline.Storyboard {
+	return board(img("a fjord", "", 600), img("a glacier", "", 600), img("a moraine", "", 600), img("a tarn", "", 600))
+}
+
+// Clips render in parallel, never more at once than ClipConcurrency.
+func TestApplyRendersClipsInParallelUpToTheBound(t *testing.T) {
+	t.Parallel()
+	gr := newGatedRenderer()
+	h := newHarness(t, withRenderers(func(context.Context, int, int, int) (pipeline.Renderer, error) { return gr, nil }),
+		withConfig(func(ec *pipeline.EngineConfig) { ec.ClipConcurrency = 2 }))
+	h.submit("v1-parallel", fourScenes())
+	done := make(chan pipeline.Outcome, 1)
+	go func() { _, o := runOnce(t, h); done <- o }()
+	for n := 0; n < 2; {
+		n = within(t, gr.reached, "two clips rendering at once")
+	}
+	time.Sleep(50 * time.Millisecond) // a third clip would start now if unbounded
+	close(gr.release)
+	if o := within(t, done, "the attempt"); o.Status != pipeline.StatusSucceeded {
+		t.Fatalf("outcome %+v", o)
+	}
+	gr.mu.Lock()
+	defer gr.mu.Unlock()
+	if gr.most != 2 {
+		t.Fatalf("at most %d clips rendered at once, want 2 (ClipConcurrency)", gr.most)
+	}
+}
+
+// The first clip that fails stops the others (their context ends, as
+// their ffmpeg processes would be killed) and is the attempt's error; a
+// clip that panics is recovered like any panic of an attempt.
+func TestApplyFailingClipStopsTheOthers(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name     string
+		fail     int
+		panics   int
+		wantCode string
+		wantMsg  string
+	}{
+		{"scene 3 fails", 3, 0, "render_failed", "scene 3 could not be rendered"},
+		{"scene 2 panics", 0, 2, "internal_panic", "edgepipe hit an internal error; the attempt is retried"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			gr := newGatedRenderer()
+			gr.failScene, gr.panicScene = c.fail, c.panics
+			h := newHarness(t, withRenderers(func(context.Context, int, int, int) (pipeline.Renderer, error) { return gr, nil }),
+				withConfig(func(ec *pipeline.EngineConfig) { ec.ClipConcurrency = 4 }))
+			h.submit("v1-clipfails", fourScenes())
+			_, o := runOnce(t, h) // returns only if the failure ended the held clips
+			if o.Status != pipeline.StatusRetryWait || o.ErrorCode != c.wantCode || o.ErrorMessage != c.wantMsg {
+				t.Fatalf("outcome %+v; want retry_wait %s %q", o, c.wantCode, c.wantMsg)
+			}
+			if n := gr.stopped.Load(); n != 3 {
+				t.Fatalf("%d of the 3 held clips saw their context end, want all", n)
+			}
+		})
 	}
 }
 

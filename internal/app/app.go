@@ -233,8 +233,8 @@ func (a *App) engineConfig(prov pipeline.Providers, renderers pipeline.RendererF
 		Store: a.Store, Objects: a.Objects, Providers: prov, Renderers: renderers,
 		Retry: pipeline.RetryPolicy{Base: a.Cfg.RetryBase, Cap: a.Cfg.RetryCap, MaxAttempts: a.Cfg.RetryMax,
 			InfraWindow: a.Cfg.InfraWindow, InfraCap: a.Cfg.InfraCap},
-		UnitConcurrency: a.Cfg.UnitConcurrency,
-		Logger:          a.Log, TempDir: os.TempDir(), SpoolDir: filepath.Join(a.Cfg.DataDir, "spool"), Failpoint: fp, Metrics: a.Metrics,
+		UnitConcurrency: a.Cfg.UnitConcurrency, ClipConcurrency: a.Cfg.ClipConcurrency,
+		Logger: a.Log, TempDir: os.TempDir(), SpoolDir: filepath.Join(a.Cfg.DataDir, "spool"), Failpoint: fp, Metrics: a.Metrics,
 		RateLimits: a.rateLimits(prov), Proofs: a.Store, ProofMaxAge: a.Cfg.ProofMaxAge,
 	}
 }

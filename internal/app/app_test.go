@@ -320,12 +320,12 @@ func TestLogContractNeedsAFreshProof(t *testing.T) {
 // unproven (or, with a forgotten age, be trusted for the default).
 func TestEngineConfigReadsProofsFromTheJobStore(t *testing.T) {
 	t.Parallel()
-	a, _, prov := openLogging(t, map[string]string{EnvProofMaxAge: "36h", "EDGEPIPE_UNIT_CONCURRENCY": "3"})
+	a, _, prov := openLogging(t, map[string]string{EnvProofMaxAge: "36h", "EDGEPIPE_UNIT_CONCURRENCY": "3", "EDGEPIPE_CLIP_CONCURRENCY": "5"})
 	ec := a.engineConfig(prov, nil, nil)
 	if ec.Proofs != pipeline.ProofReader(a.Store) || ec.ProofMaxAge != 36*time.Hour || ec.Store != pipeline.Store(a.Store) ||
-		ec.Providers != pipeline.Providers(prov) || ec.UnitConcurrency != 3 {
-		t.Fatalf("engine config: proofs %T, proof age %s, store %T, providers %T, unit concurrency %d",
-			ec.Proofs, ec.ProofMaxAge, ec.Store, ec.Providers, ec.UnitConcurrency)
+		ec.Providers != pipeline.Providers(prov) || ec.UnitConcurrency != 3 || ec.ClipConcurrency != 5 {
+		t.Fatalf("engine config: proofs %T, proof age %s, store %T, providers %T, unit concurrency %d, clip concurrency %d",
+			ec.Proofs, ec.ProofMaxAge, ec.Store, ec.Providers, ec.UnitConcurrency, ec.ClipConcurrency)
 	}
 }
 

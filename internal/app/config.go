@@ -86,6 +86,8 @@ type Config struct {
 	TenantMaxRunning int
 	// UnitConcurrency bounds the scenes one job generates at once.
 	UnitConcurrency int
+	// ClipConcurrency bounds the clips one job renders at once.
+	ClipConcurrency int
 	Tokens          map[string]string
 	AdminToken      string
 	// ProviderURL empty → in-process fake providers on loopback.
@@ -194,6 +196,9 @@ func parse(getenv func(string) string) (Config, error) {
 		return c, err
 	}
 	if c.UnitConcurrency, err = intSetting(getenv, "EDGEPIPE_UNIT_CONCURRENCY", pipeline.DefaultUnitConcurrency, 1, 64); err != nil {
+		return c, err
+	}
+	if c.ClipConcurrency, err = intSetting(getenv, "EDGEPIPE_CLIP_CONCURRENCY", pipeline.DefaultClipConcurrency(), 1, 64); err != nil {
 		return c, err
 	}
 	if c.Workers, err = intSetting(getenv, "EDGEPIPE_WORKERS", 2, 0, 256); err != nil {
