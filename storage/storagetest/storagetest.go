@@ -184,15 +184,23 @@ func hexCRC(c uint64) string { return fmt.Sprintf("%016x", c) }
 // not implement; the CRC64NVME is kept everywhere.)
 func checkDigest(t *testing.T, what string, got pipeline.ObjectInfo, sha, crc string) {
 	t.Helper()
+	for _, p := range digestProblems(got, sha, crc) {
+		t.Errorf("%s: %s", what, p)
+	}
+}
+
+func digestProblems(got pipeline.ObjectInfo, sha, crc string) []string {
+	var out []string
 	if got.SHA256 == "" && got.CRC64NVME == "" {
-		t.Errorf("%s: no digest: SHA256 and CRC64NVME are empty, want %s or %s", what, sha, crc)
+		out = append(out, fmt.Sprintf("no digest: SHA256 and CRC64NVME are empty, want %s or %s", sha, crc))
 	}
 	if got.SHA256 != "" && got.SHA256 != sha {
-		t.Errorf("%s: SHA256 = %q, want %q", what, got.SHA256, sha)
+		out = append(out, fmt.Sprintf("SHA256 = %q, want %q", got.SHA256, sha))
 	}
 	if got.CRC64NVME != "" && got.CRC64NVME != crc {
-		t.Errorf("%s: CRC64NVME = %q, want %q", what, got.CRC64NVME, crc)
+		out = append(out, fmt.Sprintf("CRC64NVME = %q, want %q", got.CRC64NVME, crc))
 	}
+	return out
 }
 
 func put(t *testing.T, st pipeline.ObjectStore, key string, data []byte, opts pipeline.PutOptions) pipeline.ObjectInfo {
