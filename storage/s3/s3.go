@@ -36,7 +36,6 @@ import (
 	"errors"
 	"fmt"
 	"hash"
-	"hash/crc64"
 	"io"
 	"log/slog"
 	"net/http"
@@ -57,6 +56,7 @@ import (
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/minio/crc64nvme"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"edgepipe/pipeline"
@@ -373,7 +373,7 @@ func (c *uploadClient) CreateMultipartUpload(ctx context.Context, in *awss3.Crea
 
 func (c *uploadClient) UploadPart(ctx context.Context, in *awss3.UploadPartInput, opts ...func(*awss3.Options)) (*awss3.UploadPartOutput, error) {
 	if body, ok := in.Body.(io.ReadSeeker); ok && in.ChecksumAlgorithm == types.ChecksumAlgorithmCrc64nvme && in.ChecksumCRC64NVME == nil {
-		h := crc64.New(crc64NVME)
+		h := crc64nvme.New()
 		if _, err := io.Copy(h, body); err != nil {
 			return nil, err
 		}
@@ -464,7 +464,7 @@ type hashingReader struct {
 }
 
 func newHashingReader(ctx context.Context, r io.Reader, onEOF func()) *hashingReader {
-	return &hashingReader{ctx: ctx, r: r, h: sha256.New(), crc: crc64.New(crc64NVME), onEOF: onEOF}
+	return &hashingReader{ctx: ctx, r: r, h: sha256.New(), crc: crc64nvme.New(), onEOF: onEOF}
 }
 
 func (r *hashingReader) Read(p []byte) (int, error) {
@@ -483,10 +483,6 @@ func (r *hashingReader) Read(p []byte) (int, error) {
 }
 
 func (r *hashingReader) sum() string { return hex.EncodeToString(r.h.Sum(nil)) }
-
-// crc64NVME is CRC-64/NVME (reflected polynomial 0xAD93D23594C93659 as
-// hash/crc64 wants it), the CRC64NVME of the S3 checksum API.
-var crc64NVME = crc64.MakeTable(0x9a6c9329ac4bc9b5)
 
 // crcHeader is the wire form of a CRC64NVME checksum: the base64 of its 8
 // big-endian bytes.
