@@ -250,6 +250,11 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 			// are not understood by every S3-compatible server.
 			o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 			o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+			// A whole Get asks for the object's checksum and checks the
+			// bytes against it (Get); an object stored without one
+			// (written by another client) is read unchecked, which the
+			// SDK would otherwise print on stderr for every read.
+			o.DisableLogOutputChecksumValidationSkipped = true
 		}
 	}
 	client := awss3.NewFromConfig(awsCfg, clientOpts(cfg.Endpoint))
