@@ -56,8 +56,8 @@ import (
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
-	"github.com/minio/crc64nvme"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+	"github.com/minio/crc64nvme"
 
 	"edgepipe/pipeline"
 )
