@@ -580,7 +580,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts pipeline.
 		// one of the bytes we hashed. It checked ours already, so this
 		// only fails on a server that ignores the checksum it was sent.
 		if stored != *crc {
-			s.deleteBad(key)
+			s.deleteBad(ctx, key)
 			return pipeline.ObjectInfo{}, fmt.Errorf("s3: put %s: the server stored an object with CRC64NVME %s, the bytes sent have %s", key, stored, *crc)
 		}
 		info.CRC64NVME = hex.EncodeToString(binary.BigEndian.AppendUint64(nil, src.crc.Sum64()))
@@ -592,9 +592,10 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts pipeline.
 }
 
 // deleteBad removes an object a put just stored with the wrong bytes, on a
-// fresh context: the put fails, and a failed put leaves no object.
-func (s *Store) deleteBad(key string) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.AbortTimeout)
+// context that outlives the put's: the put fails, and a failed put leaves no
+// object.
+func (s *Store) deleteBad(ctx context.Context, key string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.AbortTimeout)
 	defer cancel()
 	if _, err := s.client.DeleteObject(ctx, &awss3.DeleteObjectInput{Bucket: &s.bucket, Key: aws.String(s.prefix + key)}); err != nil {
 		s.log.Error("s3: could not delete an object stored with the wrong bytes", "key", key, "err", err)
