@@ -43,12 +43,16 @@ type PutOptions struct {
 
 // ObjectInfo describes a stored object. SHA256 is the hex digest computed
 // while streaming on Put; Head and List may leave it empty when the backend
-// does not keep it.
+// does not keep it. CRC64NVME, when set, is the backend's own full-object
+// CRC-64/NVME checksum (16 hex digits), which the server checked against the
+// bytes it received: a digest that survives where SHA256 cannot be kept
+// (storage/s3 on R2, for multipart objects).
 type ObjectInfo struct {
 	Key          string
 	Size         int64
 	ContentType  string
 	SHA256       string
+	CRC64NVME    string
 	LastModified time.Time
 }
 

@@ -3,11 +3,15 @@
 package s3
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httputil"
 	"net/url"
 	"strings"
 	"sync"
@@ -69,12 +73,22 @@ func TestConformanceMinIO(t *testing.T) {
 	t.Parallel()
 	srv := storagetest.StartMinIO(t)
 	mc := minioClient(t, srv)
-	for name, prefix := range map[string]string{"NoPrefix": "", "Prefix": "tenant-a/"} {
-		t.Run(name, func(t *testing.T) {
+	// R2: the same MinIO behind a proxy that answers object tagging as R2
+	// does (501 NotImplemented), so multipart objects get no SHA-256 tags
+	// and the suite checks their CRC64NVME instead, through the store and
+	// through minio-go straight to MinIO.
+	r2 := newS3Proxy(t, reverseProxy(t, srv.Endpoint), r2NoTagging)
+	runs := []struct{ name, prefix, endpoint string }{
+		{"NoPrefix", "", srv.Endpoint},
+		{"Prefix", "tenant-a/", srv.Endpoint},
+		{"R2NoTagging", "", r2.URL},
+	}
+	for _, run := range runs {
+		t.Run(run.name, func(t *testing.T) {
 			t.Parallel()
 			storagetest.Run(t,
 				func(t *testing.T) pipeline.ObjectStore {
-					return newBucketStore(t, srv, func(c *Config) { c.Prefix = prefix })
+					return newBucketStore(t, srv, func(c *Config) { c.Prefix, c.Endpoint = run.prefix, run.endpoint })
 				},
 				storagetest.WithMultipartSize(12<<20), // > 5 MiB parts: 3 parts
 				storagetest.WithVerifier(func(t *testing.T, st pipeline.ObjectStore) storagetest.Verifier {
@@ -94,7 +108,7 @@ type minioVerifier struct {
 }
 
 func (v minioVerifier) Stat(ctx context.Context, key string) (pipeline.ObjectInfo, error) {
-	oi, err := v.c.StatObject(ctx, v.bucket, v.prefix+key, minio.StatObjectOptions{})
+	oi, err := v.c.StatObject(ctx, v.bucket, v.prefix+key, minio.StatObjectOptions{Checksum: true})
 	if err != nil {
 		if minio.ToErrorResponse(err).StatusCode == http.StatusNotFound {
 			return pipeline.ObjectInfo{}, pipeline.ErrNotFound
@@ -113,9 +127,13 @@ func (v minioVerifier) Stat(ctx context.Context, key string) (pipeline.ObjectInf
 			sum = m["sha256"]
 		}
 	}
+	crc := ""
+	if b, err := base64.StdEncoding.DecodeString(oi.ChecksumCRC64NVME); err == nil && len(b) == 8 && oi.ChecksumMode != "COMPOSITE" {
+		crc = hex.EncodeToString(b)
+	}
 	return pipeline.ObjectInfo{
 		Key: key, Size: oi.Size, ContentType: oi.ContentType,
-		SHA256: sum, LastModified: oi.LastModified,
+		SHA256: sum, CRC64NVME: crc, LastModified: oi.LastModified,
 	}, nil
 }
 
@@ -345,4 +363,140 @@ type hookReader struct {
 func (h *hookReader) Read(p []byte) (int, error) {
 	h.once.Do(h.hook)
 	return h.r.Read(p)
+}
+
+// TestR2BehavioursOnMinIO runs the R2 answers of s3_proxy_test.go against a
+// real server: MinIO behind a proxy that answers some requests as R2 would.
+func TestR2BehavioursOnMinIO(t *testing.T) {
+	t.Parallel()
+	srv := storagetest.StartMinIO(t)
+	mc := minioClient(t, srv)
+	const size = 11 << 20 // three 5 MiB parts
+
+	// No tagging: the multipart object's digest is its CRC64NVME, which
+	// the server (MinIO, read by minio-go) holds, Head reports, and a
+	// whole Get checks the bytes against.
+	t.Run("NoTagging", func(t *testing.T) {
+		t.Parallel()
+		p := newS3Proxy(t, reverseProxy(t, srv.Endpoint), r2NoTagging)
+		s := newBucketStore(t, srv, func(c *Config) { c.Endpoint = p.URL })
+		ctx := t.Context()
+		wantCRC, wantSHA := storagetest.StreamCRC64NVME(6, size), storagetest.StreamSHA256(6, size)
+		info, err := s.Put(ctx, "renders/r.mp4", storagetest.Stream(6, size), pipeline.PutOptions{ContentType: "video/mp4", CreateOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.CRC64NVME != wantCRC || info.SHA256 != wantSHA {
+			t.Errorf("Put = %+v, want crc %s sha %s", info, wantCRC, wantSHA)
+		}
+		if len(p.ops("PutObjectTagging")) != 1 {
+			t.Errorf("tagging requests: %+v, want the one refused", p.ops("PutObjectTagging"))
+		}
+		head, err := s.Head(ctx, "renders/r.mp4")
+		if err != nil || head.CRC64NVME != wantCRC || head.SHA256 != "" || head.Size != size {
+			t.Errorf("Head = %+v, %v; want crc %s and no sha256 (no tags on R2)", head, err, wantCRC)
+		}
+		stored, err := minioVerifier{c: mc, bucket: s.Bucket()}.Stat(ctx, "renders/r.mp4")
+		if err != nil || stored.CRC64NVME != wantCRC {
+			t.Errorf("MinIO holds %+v, %v; want crc %s", stored, err, wantCRC)
+		}
+		rc, ginfo, err := s.Get(ctx, "renders/r.mp4", 0, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := io.Copy(io.Discard, rc)
+		rc.Close()
+		if err != nil || n != size || ginfo.CRC64NVME != wantCRC {
+			t.Errorf("Get: %d bytes, %v, info %+v", n, err, ginfo)
+		}
+	})
+
+	// A body corrupted on the way is caught by a whole Get.
+	t.Run("CorruptGet", func(t *testing.T) {
+		t.Parallel()
+		target, _ := url.Parse(srv.Endpoint)
+		corrupt := &httputil.ReverseProxy{
+			Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(target); pr.Out.Host = pr.In.Host },
+			ModifyResponse: func(resp *http.Response) error {
+				if resp.Request.Method != http.MethodGet || resp.StatusCode != http.StatusOK || resp.Request.URL.Query().Has("tagging") {
+					return nil
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					return err
+				}
+				if len(b) > 100 {
+					b[100] ^= 1
+				}
+				resp.Body = io.NopCloser(bytes.NewReader(b))
+				return nil
+			},
+		}
+		p := newS3Proxy(t, corrupt, nil)
+		s := newBucketStore(t, srv, func(c *Config) { c.Endpoint = p.URL })
+		ctx := t.Context()
+		for _, n := range []int64{1 << 10, size} {
+			key := fmt.Sprintf("k%d", n)
+			if _, err := s.Put(ctx, key, storagetest.Stream(7, n), pipeline.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			rc, _, err := s.Get(ctx, key, 0, -1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = io.Copy(io.Discard, rc)
+			rc.Close()
+			if err == nil {
+				t.Errorf("%d bytes: a corrupted body was read without an error", n)
+			}
+		}
+	})
+
+	// R2 and S3 answer a conditional write racing another one with 409
+	// ConditionalRequestConflict; R2 checks If-None-Match at create.
+	for _, tc := range []struct {
+		op, code  string
+		status    int
+		wantParts int
+	}{
+		{"CompleteMultipartUpload", "ConditionalRequestConflict", http.StatusConflict, 3},
+		{"PutObject", "ConditionalRequestConflict", http.StatusConflict, 0},
+		{"CreateMultipartUpload", "PreconditionFailed", http.StatusPreconditionFailed, 0},
+		{"CreateMultipartUpload", "ConditionalRequestConflict", http.StatusConflict, 0},
+	} {
+		t.Run(tc.op+"/"+tc.code, func(t *testing.T) {
+			t.Parallel()
+			p := newS3Proxy(t, reverseProxy(t, srv.Endpoint), func(w http.ResponseWriter, r *http.Request, op string) bool {
+				if op != tc.op {
+					return false
+				}
+				s3Error(w, r, tc.status, tc.code)
+				return true
+			})
+			s := newBucketStore(t, srv, func(c *Config) { c.Endpoint = p.URL })
+			ctx := t.Context()
+			n := int64(size)
+			if tc.op == "PutObject" {
+				n = 1 << 10
+			}
+			_, err := s.Put(ctx, "k", storagetest.Stream(8, n), pipeline.PutOptions{CreateOnly: true})
+			if !errors.Is(err, pipeline.ErrAlreadyExists) {
+				t.Fatalf("Put = %v, want ErrAlreadyExists", err)
+			}
+			if got := len(p.ops("UploadPart")); got != tc.wantParts {
+				t.Errorf("%d parts sent, want %d", got, tc.wantParts)
+			}
+			if create := p.ops("CreateMultipartUpload"); tc.op != "PutObject" && (len(create) != 1 || create[0].ifNoneMatch != "*") {
+				t.Errorf("CreateMultipartUpload requests %+v, want one with If-None-Match: *", create)
+			}
+			v := minioVerifier{c: mc, bucket: s.Bucket()}
+			if pending, err := v.PendingUploads(ctx); err != nil || pending != 0 {
+				t.Errorf("pending uploads = %d, %v; want 0", pending, err)
+			}
+			if _, err := v.Stat(ctx, "k"); !errors.Is(err, pipeline.ErrNotFound) {
+				t.Errorf("Stat = %v, want ErrNotFound: the refused put stored nothing", err)
+			}
+		})
+	}
 }

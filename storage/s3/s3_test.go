@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
 	"edgepipe/pipeline"
 	"edgepipe/storage/storagetest"
 )
@@ -141,17 +144,48 @@ func TestHashingReader(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	var sum string
-	r := &hashingReader{ctx: ctx, r: strings.NewReader("abc"), h: newSHA(), onEOF: func(s string) { sum = s }}
+	var crc uint64
+	var r *hashingReader
+	r = newHashingReader(ctx, strings.NewReader("123456789"), func() { sum, crc = r.sum(), r.crc.Sum64() })
 	b, err := io.ReadAll(r)
-	if err != nil || string(b) != "abc" || r.n != 3 {
+	if err != nil || string(b) != "123456789" || r.n != 9 {
 		t.Fatalf("read %q, %v, n=%d", b, err, r.n)
 	}
-	if sum != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" {
-		t.Errorf("digest at EOF = %s", sum)
+	if sum != "15e2b0d3c33891ebb0f1ef609ec419420c20e320ce94c65fbc8c3312448eb225" {
+		t.Errorf("sha256 at EOF = %s", sum)
+	}
+	// The CRC-64/NVME check value (the CRC of "123456789") from the
+	// catalogue of parametrised CRC algorithms, as AWS S3 computes it.
+	if crc != 0xae8b14860a799888 {
+		t.Errorf("crc64nvme at EOF = %#x, want 0xae8b14860a799888", crc)
+	}
+	if got, want := crcHeader(crc), "rosUhgp5mIg="; got != want {
+		t.Errorf("crcHeader = %s, want %s", got, want)
 	}
 	cancel()
-	r2 := &hashingReader{ctx: ctx, r: strings.NewReader("abc"), h: newSHA(), onEOF: func(string) {}}
+	r2 := newHashingReader(ctx, strings.NewReader("abc"), func() {})
 	if _, err := r2.Read(make([]byte, 8)); !errors.Is(err, context.Canceled) {
 		t.Errorf("read after cancel = %v", err)
+	}
+}
+
+func TestCRCHex(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		header *string
+		typ    types.ChecksumType
+		want   string
+	}{
+		{aws.String("rosUhgp5mIg="), "", "ae8b14860a799888"},
+		{aws.String("rosUhgp5mIg="), types.ChecksumTypeFullObject, "ae8b14860a799888"},
+		{aws.String("rosUhgp5mIg="), types.ChecksumTypeComposite, ""},
+		{nil, types.ChecksumTypeFullObject, ""},
+		{aws.String("rosUhgp5mIg=-3"), "", ""},
+		{aws.String("AAAA"), "", ""},
+	}
+	for _, tc := range tests {
+		if got := crcHex(tc.header, tc.typ); got != tc.want {
+			t.Errorf("crcHex(%v, %q) = %q, want %q", aws.ToString(tc.header), tc.typ, got, tc.want)
+		}
 	}
 }

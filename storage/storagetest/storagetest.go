@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc64"
 	"io"
 	"slices"
 	"strings"
@@ -30,8 +31,8 @@ import (
 // Verifier inspects a store's backend without going through the store.
 type Verifier interface {
 	// Stat returns what the backend holds for key: size, content type, the
-	// SHA-256 the store recorded, last modified. A missing key is an error
-	// matching pipeline.ErrNotFound.
+	// digests the store recorded (SHA-256, the backend's CRC64NVME), last
+	// modified. A missing key is an error matching pipeline.ErrNotFound.
 	Stat(ctx context.Context, key string) (pipeline.ObjectInfo, error)
 	// Open reads the object's bytes.
 	Open(ctx context.Context, key string) (io.ReadCloser, error)
@@ -168,11 +169,48 @@ func hexSHA(b []byte) string {
 	return hex.EncodeToString(h[:])
 }
 
+// crc64NVME is CRC-64/NVME, the CRC64NVME of the S3 checksum API.
+var crc64NVME = crc64.MakeTable(0x9a6c9329ac4bc9b5)
+
+// CRC64NVME is the hex CRC-64/NVME of b, as pipeline.ObjectInfo.CRC64NVME
+// holds it.
+func CRC64NVME(b []byte) string { return hexCRC(crc64.Checksum(b, crc64NVME)) }
+
+func hexCRC(c uint64) string { return fmt.Sprintf("%016x", c) }
+
+// checkDigest is the rule for a stored object's digests: the store reports
+// at least one of SHA256 and CRC64NVME, and each it reports is the one of
+// the bytes. (S3 keeps a multipart object's SHA-256 in tags, which R2 does
+// not implement; the CRC64NVME is kept everywhere.)
+func checkDigest(t *testing.T, what string, got pipeline.ObjectInfo, sha, crc string) {
+	t.Helper()
+	for _, p := range digestProblems(got, sha, crc) {
+		t.Errorf("%s: %s", what, p)
+	}
+}
+
+func digestProblems(got pipeline.ObjectInfo, sha, crc string) []string {
+	var out []string
+	if got.SHA256 == "" && got.CRC64NVME == "" {
+		out = append(out, fmt.Sprintf("no digest: SHA256 and CRC64NVME are empty, want %s or %s", sha, crc))
+	}
+	if got.SHA256 != "" && got.SHA256 != sha {
+		out = append(out, fmt.Sprintf("SHA256 = %q, want %q", got.SHA256, sha))
+	}
+	if got.CRC64NVME != "" && got.CRC64NVME != crc {
+		out = append(out, fmt.Sprintf("CRC64NVME = %q, want %q", got.CRC64NVME, crc))
+	}
+	return out
+}
+
 func put(t *testing.T, st pipeline.ObjectStore, key string, data []byte, opts pipeline.PutOptions) pipeline.ObjectInfo {
 	t.Helper()
 	info, err := st.Put(t.Context(), key, opaque{bytes.NewReader(data)}, opts)
 	if err != nil {
 		t.Fatalf("Put(%q): %v", key, err)
+	}
+	if want := hexSHA(data); info.SHA256 != want {
+		t.Errorf("Put(%q): SHA256 = %q, want %q (the digest of what was streamed)", key, info.SHA256, want)
 	}
 	return info
 }
@@ -199,9 +237,7 @@ func checkInfo(t *testing.T, what string, got pipeline.ObjectInfo, key string, d
 	if got.Size != int64(len(data)) {
 		t.Errorf("%s: Size = %d, want %d", what, got.Size, len(data))
 	}
-	if want := hexSHA(data); got.SHA256 != want {
-		t.Errorf("%s: SHA256 = %q, want %q", what, got.SHA256, want)
-	}
+	checkDigest(t, what, got, hexSHA(data), CRC64NVME(data))
 	if got.ContentType != contentType {
 		t.Errorf("%s: ContentType = %q, want %q", what, got.ContentType, contentType)
 	}
@@ -260,23 +296,25 @@ func verify(t *testing.T, v Verifier, key string, size int64, sum, contentType s
 	if err != nil {
 		t.Fatalf("verifier: Stat(%q): %v", key, err)
 	}
-	if info.Size != size || info.SHA256 != sum || info.ContentType != contentType {
-		t.Errorf("verifier: Stat(%q) = size %d sha %q type %q; want %d %q %q",
-			key, info.Size, info.SHA256, info.ContentType, size, sum, contentType)
+	if info.Size != size || info.ContentType != contentType {
+		t.Errorf("verifier: Stat(%q) = size %d type %q; want %d %q",
+			key, info.Size, info.ContentType, size, contentType)
 	}
 	rc, err := v.Open(ctx, key)
 	if err != nil {
 		t.Fatalf("verifier: Open(%q): %v", key, err)
 	}
 	defer rc.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, rc)
+	h, c := sha256.New(), crc64.New(crc64NVME)
+	n, err := io.Copy(io.MultiWriter(h, c), rc)
 	if err != nil {
 		t.Fatalf("verifier: read %q: %v", key, err)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); n != size || got != sum {
 		t.Errorf("verifier: bytes of %q: %d bytes sha %s; want %d bytes sha %s", key, n, got, size, sum)
 	}
+	// The recorded digests are the bytes' own, as another client sees them.
+	checkDigest(t, "verifier: Stat("+key+")", info, sum, hexCRC(c.Sum64()))
 }
 
 func (s *suite) testPutHeadGet(t *testing.T, st pipeline.ObjectStore, v Verifier) {
@@ -494,9 +532,10 @@ func (s *suite) testCreateOnlyMultipart(t *testing.T, st pipeline.ObjectStore, v
 	if err != nil {
 		t.Fatal(err)
 	}
-	if head.Size != s.multipart || head.SHA256 != wantSum {
+	if head.Size != s.multipart {
 		t.Errorf("Head after refused put = %+v, want the first object", head)
 	}
+	checkDigest(t, "Head after refused put", head, wantSum, StreamCRC64NVME(1, s.multipart))
 	verify(t, v, key, s.multipart, wantSum, "video/mp4")
 	checkNoPending(t, v)
 
@@ -547,9 +586,10 @@ func (s *suite) testCreateOnlyRace(t *testing.T, st pipeline.ObjectStore, v Veri
 		if err != nil {
 			t.Fatal(err)
 		}
-		if head.SHA256 != want || head.Size != size {
-			t.Errorf("size %d: Head = %+v, want the winner's sha %s", size, head, want)
+		if head.Size != size {
+			t.Errorf("size %d: Head = %+v, want the winner's", size, head)
 		}
+		checkDigest(t, fmt.Sprintf("size %d: Head", size), head, want, StreamCRC64NVME(winners[0], size))
 		verify(t, v, key, size, want, "application/octet-stream")
 	}
 	checkNoPending(t, v)
@@ -573,17 +613,20 @@ func (s *suite) testLargeStream(t *testing.T, st pipeline.ObjectStore, v Verifie
 	if err != nil {
 		t.Fatal(err)
 	}
-	if head.Size != LargeSize || head.SHA256 != want || head.ContentType != "video/mp4" {
-		t.Errorf("Head = %+v; want size %d sha %s", head, LargeSize, want)
+	wantCRC := StreamCRC64NVME(seed, LargeSize)
+	if head.Size != LargeSize || head.ContentType != "video/mp4" {
+		t.Errorf("Head = %+v; want size %d", head, LargeSize)
 	}
+	checkDigest(t, "Head", head, want, wantCRC)
 
 	rc, ginfo, err := st.Get(ctx, key, 0, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ginfo.Size != LargeSize || ginfo.SHA256 != want || ginfo.ContentType != "video/mp4" {
-		t.Errorf("Get info = %+v; want size %d sha %s", ginfo, LargeSize, want)
+	if ginfo.Size != LargeSize || ginfo.ContentType != "video/mp4" {
+		t.Errorf("Get info = %+v; want size %d", ginfo, LargeSize)
 	}
+	checkDigest(t, "Get", ginfo, want, wantCRC)
 	h := sha256.New()
 	n, err := io.Copy(h, rc)
 	rc.Close()

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"edgepipe/pipeline"
 )
 
 func TestStreamIndependentOfReadSizes(t *testing.T) {
@@ -64,5 +66,43 @@ func TestMinIOBinaryFromEnv(t *testing.T) {
 	t.Setenv("XDG_CACHE_HOME", "")
 	if got := MinIOBinary(); got != "" && !strings.HasPrefix(got, "/root/.cache/") {
 		t.Errorf("MinIOBinary with nothing installed = %q", got)
+	}
+}
+
+func TestCRC64NVME(t *testing.T) {
+	t.Parallel()
+	// The CRC-64/NVME check value: the CRC of "123456789".
+	if got := CRC64NVME([]byte("123456789")); got != "ae8b14860a799888" {
+		t.Errorf("CRC64NVME(123456789) = %s, want ae8b14860a799888", got)
+	}
+	b, _ := io.ReadAll(Stream(5, 70<<10))
+	if got, want := StreamCRC64NVME(5, 70<<10), CRC64NVME(b); got != want {
+		t.Errorf("StreamCRC64NVME = %s, want %s", got, want)
+	}
+}
+
+// TestDigestRule: a stored object must carry a digest, and every digest it
+// carries must be the bytes' own.
+func TestDigestRule(t *testing.T) {
+	t.Parallel()
+	const sha, crc = "5a5a", "c0c0"
+	tests := []struct {
+		name     string
+		sha, crc string
+		ok       bool
+	}{
+		{"both", sha, crc, true},
+		{"sha256 only", sha, "", true},
+		{"crc64nvme only", "", crc, true},
+		{"none", "", "", false},
+		{"wrong sha256", "bad", crc, false},
+		{"wrong crc64nvme", sha, "bad", false},
+		{"only a wrong crc64nvme", "", "bad", false},
+	}
+	for _, tc := range tests {
+		got := digestProblems(pipeline.ObjectInfo{SHA256: tc.sha, CRC64NVME: tc.crc}, sha, crc)
+		if (len(got) == 0) != tc.ok {
+			t.Errorf("%s: problems %q, want ok=%v", tc.name, got, tc.ok)
+		}
 	}
 }

@@ -1,0 +1,372 @@
+package s3
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	"edgepipe/pipeline"
+	"edgepipe/storage/storagetest"
+)
+
+// The R2 gap. Cloudflare R2 speaks S3 with differences the driver must
+// survive; these tests put a proxy in front of an S3 server (a fake here,
+// MinIO in s3_minio_test.go) that answers the way R2 does:
+//
+//   - Object tagging is not implemented: 501 NotImplemented (R2 docs, "S3
+//     API compatibility": PutObjectTagging/GetObjectTagging are among the
+//     unimplemented object-level operations). The digest must not depend on
+//     tags: the same page lists CRC64NVME as the one checksum R2 keeps as a
+//     FULL_OBJECT checksum (SHA-256 only as COMPOSITE), which is what the
+//     driver writes and Head reads (HeadObject with x-amz-checksum-mode:
+//     ENABLED; aws-sdk-go-v2 s3.HeadObjectInput.ChecksumMode).
+//   - Conditional writes (R2 docs, "Conditional operations"): If-None-Match
+//     is honoured on PutObject, CreateMultipartUpload and
+//     CompleteMultipartUpload, so a create-only multipart put sends it on
+//     CreateMultipartUpload too and a losing writer fails before it streams.
+//   - A conditional write that races another one on the key is answered
+//     409 ConditionalRequestConflict (the same on AWS S3: "If a conflicting
+//     operation occurs during the upload S3 returns a 409
+//     ConditionalRequestConflict", API reference of PutObject and
+//     CompleteMultipartUpload, IfNoneMatch); the driver reports it like 412
+//     PreconditionFailed: the key is taken.
+
+// s3Op names the S3 operation of a request the way the API reference does.
+func s3Op(r *http.Request) string {
+	q := r.URL.Query()
+	if !strings.Contains(strings.Trim(r.URL.Path, "/"), "/") {
+		return r.Method + "Bucket" // path style: /bucket, no key
+	}
+	switch {
+	case q.Has("tagging"):
+		return map[string]string{http.MethodPut: "Put", http.MethodGet: "Get", http.MethodDelete: "Delete"}[r.Method] + "ObjectTagging"
+	case r.Method == http.MethodPost && q.Has("uploads"):
+		return "CreateMultipartUpload"
+	case r.Method == http.MethodPut && q.Has("partNumber"):
+		return "UploadPart"
+	case r.Method == http.MethodPost && q.Has("uploadId"):
+		return "CompleteMultipartUpload"
+	case r.Method == http.MethodDelete && q.Has("uploadId"):
+		return "AbortMultipartUpload"
+	case r.Method == http.MethodPut:
+		return "PutObject"
+	case r.Method == http.MethodHead:
+		return "HeadObject"
+	case r.Method == http.MethodGet:
+		return "GetObject"
+	case r.Method == http.MethodDelete:
+		return "DeleteObject"
+	}
+	return r.Method
+}
+
+// seenReq is what the proxy recorded of one request.
+type seenReq struct {
+	op          string
+	ifNoneMatch string
+}
+
+// s3Proxy records every request and lets answer take over any of them;
+// the others go to next.
+type s3Proxy struct {
+	*httptest.Server
+	mu   sync.Mutex
+	seen []seenReq
+}
+
+func newS3Proxy(t *testing.T, next http.Handler, answer func(w http.ResponseWriter, r *http.Request, op string) bool) *s3Proxy {
+	t.Helper()
+	p := &s3Proxy{}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		op := s3Op(r)
+		p.mu.Lock()
+		p.seen = append(p.seen, seenReq{op: op, ifNoneMatch: r.Header.Get("If-None-Match")})
+		p.mu.Unlock()
+		if answer != nil && answer(w, r, op) {
+			return
+		}
+		next.ServeHTTP(w, r)
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+// ops returns the requests seen of operation op.
+func (p *s3Proxy) ops(op string) []seenReq {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []seenReq
+	for _, s := range p.seen {
+		if s.op == op {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// reverseProxy forwards to an S3 server, keeping the Host header the
+// client signed.
+func reverseProxy(t *testing.T, endpoint string) http.Handler {
+	t.Helper()
+	target, err := url.Parse(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+		pr.SetURL(target)
+		pr.Out.Host = pr.In.Host
+	}}
+}
+
+// s3Error answers an S3 error the way R2 (and S3) shape it.
+func s3Error(w http.ResponseWriter, r *http.Request, status int, code string) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	w.Header().Set("Content-Type", "application/xml")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>answered by the test proxy</Message></Error>`, code)
+}
+
+// r2NoTagging answers object tagging as R2 does.
+func r2NoTagging(w http.ResponseWriter, r *http.Request, op string) bool {
+	if op != "PutObjectTagging" && op != "GetObjectTagging" && op != "DeleteObjectTagging" {
+		return false
+	}
+	s3Error(w, r, http.StatusNotImplemented, "NotImplemented")
+	return true
+}
+
+// fakeS3 is the least of an S3 server a put needs: uploads always succeed,
+// objects are never found, and the checksum the client sends is echoed as
+// the stored one unless storedCRC overrides it.
+type fakeS3 struct {
+	storedCRC string
+}
+
+func (f fakeS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	crc := r.Header.Get("X-Amz-Checksum-Crc64nvme")
+	if f.storedCRC != "" && crc != "" {
+		crc = f.storedCRC
+	}
+	switch op := s3Op(r); op {
+	case "HeadObject", "GetObject":
+		w.WriteHeader(http.StatusNotFound)
+	case "CreateMultipartUpload":
+		fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><InitiateMultipartUploadResult><Bucket>b</Bucket><Key>k</Key><UploadId>u1</UploadId></InitiateMultipartUploadResult>`)
+	case "UploadPart":
+		w.Header().Set("ETag", `"`+r.URL.Query().Get("partNumber")+`"`)
+		w.Header().Set("X-Amz-Checksum-Crc64nvme", r.Header.Get("X-Amz-Checksum-Crc64nvme"))
+	case "CompleteMultipartUpload":
+		fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><CompleteMultipartUploadResult><Bucket>b</Bucket><Key>k</Key><ETag>"e-3"</ETag><ChecksumCRC64NVME>%s</ChecksumCRC64NVME><ChecksumType>FULL_OBJECT</ChecksumType></CompleteMultipartUploadResult>`, crc)
+	case "PutObject":
+		w.Header().Set("ETag", `"e"`)
+		w.Header().Set("X-Amz-Checksum-Crc64nvme", crc)
+		w.Header().Set("X-Amz-Checksum-Type", "FULL_OBJECT")
+	case "AbortMultipartUpload", "DeleteObject":
+		w.WriteHeader(http.StatusNoContent)
+	case "PutObjectTagging":
+	default:
+		http.Error(w, "fake S3: unexpected "+op, http.StatusBadRequest)
+	}
+}
+
+// recordingHandler keeps the log records at or above Debug.
+type recordingHandler struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (h *recordingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recs = append(h.recs, r)
+	return nil
+}
+func (h *recordingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *recordingHandler) WithGroup(string) slog.Handler      { return h }
+
+func (h *recordingHandler) atLeast(l slog.Level) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, r := range h.recs {
+		if r.Level >= l {
+			out = append(out, r.Message)
+		}
+	}
+	return out
+}
+
+func proxiedStore(t *testing.T, endpoint string, log *slog.Logger) *Store {
+	t.Helper()
+	s, err := New(t.Context(), Config{
+		Endpoint: endpoint, Bucket: "edgepipe-fake", AccessKey: "a", SecretKey: "s",
+		PartSizeMiB: 5, Concurrency: 2, Logger: log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+const (
+	smallSize     = 1 << 10
+	multipartSize = 11 << 20 // three 5 MiB parts
+)
+
+// TestCreateOnlyRefusals: whichever request of a create-only put the server
+// refuses, with 412 or with R2's and S3's 409 ConditionalRequestConflict,
+// the put reports the key as taken, aborts its upload, and a refusal at
+// CreateMultipartUpload stops it before a single part is sent.
+func TestCreateOnlyRefusals(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		size      int64
+		refuse    string // the operation the server refuses
+		status    int
+		code      string
+		taken     bool // the put must report ErrAlreadyExists
+		wantParts int  // UploadPart requests sent
+		wantAbort bool
+	}{
+		{"PutObject 412", smallSize, "PutObject", 412, "PreconditionFailed", true, 0, false},
+		{"PutObject 409", smallSize, "PutObject", 409, "ConditionalRequestConflict", true, 0, false},
+		{"Complete 412", multipartSize, "CompleteMultipartUpload", 412, "PreconditionFailed", true, 3, true},
+		{"Complete 409", multipartSize, "CompleteMultipartUpload", 409, "ConditionalRequestConflict", true, 3, true},
+		{"Create 412", multipartSize, "CreateMultipartUpload", 412, "PreconditionFailed", true, 0, false},
+		{"Create 409", multipartSize, "CreateMultipartUpload", 409, "ConditionalRequestConflict", true, 0, false},
+		// Another 409 is not about the key.
+		{"Complete 409 OperationAborted", multipartSize, "CompleteMultipartUpload", 409, "OperationAborted", false, 3, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := newS3Proxy(t, fakeS3{}, func(w http.ResponseWriter, r *http.Request, op string) bool {
+				if op != tc.refuse {
+					return false
+				}
+				s3Error(w, r, tc.status, tc.code)
+				return true
+			})
+			s := proxiedStore(t, p.URL, nil)
+			_, err := s.Put(t.Context(), "renders/r.mp4", storagetest.Stream(1, tc.size), pipeline.PutOptions{CreateOnly: true})
+			if tc.taken {
+				var ae *pipeline.AlreadyExistsError
+				if !errors.As(err, &ae) || ae.Key != "renders/r.mp4" || !errors.Is(err, pipeline.ErrAlreadyExists) {
+					t.Fatalf("Put = %v, want *AlreadyExistsError for the key", err)
+				}
+			} else if err == nil || errors.Is(err, pipeline.ErrAlreadyExists) {
+				t.Fatalf("Put = %v, want a failure that is not ErrAlreadyExists", err)
+			}
+			if got := len(p.ops("UploadPart")); got != tc.wantParts {
+				t.Errorf("%d UploadPart requests, want %d", got, tc.wantParts)
+			}
+			if got := len(p.ops("AbortMultipartUpload")) > 0; got != tc.wantAbort {
+				t.Errorf("aborted = %v, want %v", got, tc.wantAbort)
+			}
+			if n := len(p.ops("PutObjectTagging")); n != 0 {
+				t.Errorf("%d tagging requests for a refused put", n)
+			}
+		})
+	}
+}
+
+// TestIfNoneMatchOnCreate: a create-only multipart put asks the server to
+// refuse a taken key when the upload is created and again when it
+// completes; a plain put asks neither, and parts never carry it.
+func TestIfNoneMatchOnCreate(t *testing.T) {
+	t.Parallel()
+	for _, createOnly := range []bool{true, false} {
+		t.Run(fmt.Sprint("CreateOnly=", createOnly), func(t *testing.T) {
+			t.Parallel()
+			p := newS3Proxy(t, fakeS3{}, nil)
+			s := proxiedStore(t, p.URL, nil)
+			if _, err := s.Put(t.Context(), "k", storagetest.Stream(2, multipartSize), pipeline.PutOptions{CreateOnly: createOnly}); err != nil {
+				t.Fatal(err)
+			}
+			want := ""
+			if createOnly {
+				want = "*"
+			}
+			for _, op := range []string{"CreateMultipartUpload", "CompleteMultipartUpload"} {
+				reqs := p.ops(op)
+				if len(reqs) != 1 || reqs[0].ifNoneMatch != want {
+					t.Errorf("%s: %+v, want one with If-None-Match %q", op, reqs, want)
+				}
+			}
+			parts := p.ops("UploadPart")
+			if len(parts) != 3 {
+				t.Errorf("%d parts, want 3", len(parts))
+			}
+			for _, r := range parts {
+				if r.ifNoneMatch != "" {
+					t.Errorf("UploadPart with If-None-Match %q", r.ifNoneMatch)
+				}
+			}
+		})
+	}
+}
+
+// TestStoredChecksumMismatch: a server that stores other bytes than the
+// ones sent (here: one that ignores the checksum it was sent and reports
+// another) fails the put, and the object is deleted.
+func TestStoredChecksumMismatch(t *testing.T) {
+	t.Parallel()
+	for _, size := range []int64{smallSize, multipartSize} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			t.Parallel()
+			p := newS3Proxy(t, fakeS3{storedCRC: crcHeader(1)}, nil)
+			s := proxiedStore(t, p.URL, nil)
+			_, err := s.Put(t.Context(), "k", storagetest.Stream(3, size), pipeline.PutOptions{})
+			if err == nil || !strings.Contains(err.Error(), "CRC64NVME") {
+				t.Fatalf("Put = %v, want a checksum mismatch", err)
+			}
+			if n := len(p.ops("DeleteObject")); n != 1 {
+				t.Errorf("%d DeleteObject requests, want 1", n)
+			}
+		})
+	}
+}
+
+// TestTaggingNotImplemented: on a server without tagging (R2) a multipart
+// put succeeds, reports the CRC64NVME the server confirmed, and says so
+// quietly: the object has its server-side digest.
+func TestTaggingNotImplemented(t *testing.T) {
+	t.Parallel()
+	for _, size := range []int64{smallSize, multipartSize} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			t.Parallel()
+			p := newS3Proxy(t, fakeS3{}, r2NoTagging)
+			logs := &recordingHandler{}
+			s := proxiedStore(t, p.URL, slog.New(logs))
+			info, err := s.Put(t.Context(), "k", storagetest.Stream(4, size), pipeline.PutOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := storagetest.StreamCRC64NVME(4, size); info.CRC64NVME != want {
+				t.Errorf("Put CRC64NVME = %q, want %q", info.CRC64NVME, want)
+			}
+			if want := storagetest.StreamSHA256(4, size); info.SHA256 != want {
+				t.Errorf("Put SHA256 = %q, want %q", info.SHA256, want)
+			}
+			tagged := len(p.ops("PutObjectTagging"))
+			if size == multipartSize && tagged != 1 || size == smallSize && tagged != 0 {
+				t.Errorf("%d tagging requests for a %d-byte put", tagged, size)
+			}
+			if warns := logs.atLeast(slog.LevelWarn); len(warns) != 0 {
+				t.Errorf("warnings: %q", warns)
+			}
+		})
+	}
+}
