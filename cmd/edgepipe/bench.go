@@ -16,13 +16,14 @@ import (
 )
 
 func init() {
-	register("bench", "benchmarks: upload (S3 streaming vs minio-go), api (durable submissions vs bare echo, with wrk)", bench)
+	register("bench", "benchmarks: upload (S3 streaming vs minio-go), api (durable submissions vs bare echo, with wrk), render (end to end vs the same ffmpeg work by hand)", bench)
 }
 
 func bench(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		fmt.Println(`Usage: edgepipe bench upload [--mib 1024] [--compare=true]
        edgepipe bench api [--duration 10s] [--connections 64] [--threads 2]
+       edgepipe bench render [N] [--workers 2] [--scenes 4]
 
 upload  streams --mib MiB of unknown length, generated on the fly, through
         the S3 driver (EDGEPIPE_S3_* settings) and prints MiB/s and peak RSS.
@@ -39,6 +40,16 @@ api     runs wrk (Debian package wrk) against the real API (a fresh SQLite
         rates, p50/p99 latency, the ratio, and checks the database gained
         exactly as many jobs as 202s were answered.
 
+render  runs N (default 1) distinct storyboards end to end through a real
+        deployment in this process (HTTP API, --workers workers, SQLite and
+        a local object store in a temporary directory, in-process fake
+        providers, real ffmpeg), from the first submission to the last job
+        succeeded. Then the same ffmpeg work by hand in the same run: each
+        job's stored scene media made into clips by the same renderer (the
+        same ffmpeg commands), clips in parallel up to the cores, joined
+        into a file, --workers jobs at once. Prints both times and the
+        ratio (goal: 1.15x for one job, 1.1x for 20 jobs on 2 workers).
+
 The queue burn-down benchmark is a Go benchmark:
   go test ./storage/sqlite -run '^$' -bench BurnDown -benchtime 20000x`)
 		if len(args) == 0 {
@@ -51,6 +62,8 @@ The queue burn-down benchmark is a Go benchmark:
 		return benchUpload(ctx, args[1:])
 	case "api":
 		return benchAPI(ctx, args[1:])
+	case "render":
+		return benchRender(ctx, args[1:])
 	}
 	return fmt.Errorf("unknown benchmark %q (edgepipe bench --help)", args[0])
 }

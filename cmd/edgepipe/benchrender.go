@@ -1,0 +1,309 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"edgepipe/client"
+	"edgepipe/internal/app"
+	"edgepipe/pipeline"
+	"edgepipe/render"
+)
+
+// renderBench is one bench render run: what ran end to end, and where.
+type renderBench struct {
+	dir     string
+	jobs    int
+	workers int
+	scenes  int
+	a       *app.App
+	boards  []pipeline.Storyboard
+	keys    []string // the jobs' internal keys, in board order
+}
+
+// benchRender runs N distinct storyboards end to end through a real
+// deployment in this process (HTTP API, workers, SQLite, local object
+// store, in-process fake providers, real ffmpeg), then the same ffmpeg work
+// by hand in the same run: each job's stored scene media rendered into
+// clips by the same renderer (the same commands), clips in parallel up to
+// the cores, joined into a file, as many jobs at once as there were
+// workers. It prints both times and their ratio.
+func benchRender(ctx context.Context, args []string) error {
+	return benchRenderTo(ctx, args, os.Stdout)
+}
+
+// benchRenderTo is benchRender printing to w.
+func benchRenderTo(ctx context.Context, args []string, w io.Writer) error {
+	fs := newFlags("bench render", "[N] [--workers 2] [--scenes 4]", "End-to-end renders against the same ffmpeg work by hand; see edgepipe bench --help.")
+	workers := fs.Int("workers", 2, "jobs run at once (EDGEPIPE_WORKERS) and by hand")
+	scenes := fs.Int("scenes", 4, "scenes per storyboard (a still image and a narration each)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	n := 1
+	if fs.NArg() > 0 { // N, then perhaps flags after it
+		var err error
+		if n, err = strconv.Atoi(fs.Arg(0)); err != nil || n < 1 || n > 500 {
+			return fmt.Errorf("bench render: N must be a whole number from 1 to 500, got %q", fs.Arg(0))
+		}
+		if err := fs.Parse(fs.Args()[1:]); err != nil {
+			return err
+		}
+		if fs.NArg() > 0 {
+			return fmt.Errorf("bench render: unexpected argument %q", fs.Arg(0))
+		}
+	}
+	if *workers < 1 || *workers > 64 || *scenes < 1 || *scenes > 20 {
+		return errors.New("bench render: --workers must be 1..64 and --scenes 1..20")
+	}
+	dir, err := os.MkdirTemp("", "edgepipe-bench-render-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	b := &renderBench{dir: dir, jobs: n, workers: *workers, scenes: *scenes}
+	e2e, err := b.endToEnd(ctx)
+	if b.a != nil {
+		defer b.a.Close()
+	}
+	if err != nil {
+		return err
+	}
+	byHand, err := b.byHand(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "bench render: %d jobs x %d scenes, %d workers, clips %d at once, load average %s\n"+
+		"  edgepipe, submit to last succeeded: %8.2fs\n"+
+		"  same ffmpeg work by hand:           %8.2fs\n"+
+		"  ratio edgepipe / by hand:           %8.2fx\n",
+		n, *scenes, *workers, pipeline.DefaultClipConcurrency(), loadAverage(), e2e.Seconds(), byHand.Seconds(), e2e.Seconds()/byHand.Seconds())
+	return err
+}
+
+// endToEnd submits the storyboards over HTTP and waits until every job
+// succeeded; the time runs from the first submission to the last success.
+func (b *renderBench) endToEnd(ctx context.Context) (time.Duration, error) {
+	env := map[string]string{
+		"EDGEPIPE_DATA_DIR": filepath.Join(b.dir, "data"), "EDGEPIPE_ADDR": "127.0.0.1:0",
+		"EDGEPIPE_WORKERS": strconv.Itoa(b.workers), "EDGEPIPE_TOKENS": benchAPIToken + ":bench",
+	}
+	var environ []string
+	for k, v := range env {
+		environ = append(environ, k+"="+v)
+	}
+	cfg, err := app.FromEnv(func(k string) string { return env[k] }, environ)
+	if err != nil {
+		return 0, err
+	}
+	log := slog.New(slog.DiscardHandler)
+	if b.a, err = app.Open(ctx, cfg, log); err != nil {
+		return 0, err
+	}
+	parts, err := b.a.Build(ctx, true, false, b.workers)
+	if err != nil {
+		return 0, err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- parts.Run(runCtx, log, 30*time.Second) }()
+	defer func() { stop(); <-ran }()
+	c, err := client.New(client.Config{BaseURL: "http://" + parts.Listener.Addr().String(), Token: benchAPIToken})
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	ids := make([]string, b.jobs)
+	for i := range b.jobs {
+		sb := benchBoard(i, b.scenes)
+		body := struct {
+			Operation string `json:"operation"`
+			pipeline.Storyboard
+		}{pipeline.OperationRenderVideo, sb}
+		s, err := c.Submit(ctx, fmt.Sprintf("bench-render-%d", i), body)
+		if err != nil {
+			return 0, fmt.Errorf("submit job %d: %w", i, err)
+		}
+		ids[i] = s.Job.ID
+		b.boards = append(b.boards, sb)
+		b.keys = append(b.keys, pipeline.JobKey("bench", s.Job.ID))
+	}
+	if err := awaitSucceeded(ctx, c, ids); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// awaitSucceeded polls until every job succeeded (or one settled otherwise).
+func awaitSucceeded(ctx context.Context, c *client.Client, ids []string) error {
+	left := append([]string(nil), ids...)
+	for len(left) > 0 {
+		j, err := c.Get(ctx, left[0])
+		if err != nil {
+			return err
+		}
+		switch {
+		case j.Status == pipeline.StatusSucceeded:
+			left = left[1:]
+			continue
+		case j.Status.Settled():
+			return fmt.Errorf("job %s ended %s", j.ID, j.Status)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// benchBoard is storyboard i: distinct prompts and narrations, so no job
+// reuses another's media or render.
+func benchBoard(i, scenes int) pipeline.Storyboard {
+	sb := pipeline.Storyboard{Title: fmt.Sprintf("bench render %d", i)}
+	for s := range scenes {
+		sb.Scenes = append(sb.Scenes, pipeline.Scene{
+			ImagePrompt: fmt.Sprintf("a lighthouse at dusk, plate %d of board %d", s, i),
+			Narration:   fmt.Sprintf("scene %d of board %d: the lamp turns over the water", s, i),
+			DurationMS:  2000,
+		})
+	}
+	return sb
+}
+
+// byHand runs the jobs' ffmpeg work again without edgepipe: the stored
+// media are copied out first (not timed), then clips and joins are timed.
+func (b *renderBench) byHand(ctx context.Context) (time.Duration, error) {
+	type job struct {
+		r     *render.Renderer
+		media [][2]string // image, audio per scene
+		ms    []int
+		dir   string
+	}
+	jobs := make([]job, len(b.keys))
+	rc := b.a.Cfg.Render
+	rc.Logger = slog.New(slog.DiscardHandler)
+	for i, key := range b.keys {
+		sb, err := b.boards[i].Normalize()
+		if err != nil {
+			return 0, err
+		}
+		rc.Width, rc.Height = sb.Options.Size()
+		rc.FPS = sb.Options.FPS
+		r, err := render.New(ctx, rc)
+		if err != nil {
+			return 0, err
+		}
+		dir := filepath.Join(b.dir, "byhand", strconv.Itoa(i))
+		media, err := b.copyMedia(ctx, key, dir)
+		if err != nil {
+			return 0, err
+		}
+		durations := make([]int, len(sb.Scenes))
+		for s, sc := range sb.Scenes {
+			durations[s] = sc.DurationMS
+		}
+		jobs[i] = job{r: r, media: media, ms: r.AlignDurations(durations), dir: dir}
+	}
+	start := time.Now()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(b.workers)
+	for _, j := range jobs {
+		g.Go(func() error { return renderByHand(gctx, j.r, j.media, j.ms, j.dir) })
+	}
+	if err := g.Wait(); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// copyMedia copies job key's stored scene media into dir.
+func (b *renderBench) copyMedia(ctx context.Context, key, dir string) ([][2]string, error) {
+	units, err := b.a.Store.Units(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	out := make([][2]string, len(units))
+	for _, u := range units {
+		for k, art := range []string{pipeline.ArtifactImage, pipeline.ArtifactSpeech} {
+			ext := map[string]string{pipeline.ArtifactImage: "png", pipeline.ArtifactSpeech: "wav"}[art]
+			objKey, ok := u.Artifacts[art]
+			if !ok {
+				return nil, fmt.Errorf("job %s scene %d has no %s", key, u.Scene, art)
+			}
+			path := filepath.Join(dir, fmt.Sprintf("scene%03d.%s", u.Scene, ext))
+			if err := copyObject(ctx, b.a.Objects, objKey, path); err != nil {
+				return nil, err
+			}
+			out[u.Scene][k] = path
+		}
+	}
+	return out, nil
+}
+
+func copyObject(ctx context.Context, objs pipeline.ObjectStore, key, path string) error {
+	rc, _, err := objs.Get(ctx, key, 0, -1)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, rc); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// renderByHand makes one job's clips (in parallel up to the cores) and
+// joins them into a file.
+func renderByHand(ctx context.Context, r *render.Renderer, media [][2]string, ms []int, dir string) error {
+	clips := make([]string, len(media))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(runtime.NumCPU())
+	for s, m := range media {
+		clips[s] = filepath.Join(dir, fmt.Sprintf("clip%03d.mov", s))
+		g.Go(func() error { return r.SceneFromImage(gctx, m[0], m[1], ms[s], "", clips[s]) })
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "render.mp4"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = r.Join(ctx, clips, f)
+	return err
+}
+
+// loadAverage is the 1-minute load average, or "?".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
+}
