@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"edgepipe/internal/tracing"
 	"edgepipe/pipeline"
 	"edgepipe/routing"
 	"edgepipe/webhook"
@@ -19,6 +20,9 @@ import (
 const (
 	HeaderIdempotencyKey     = "Idempotency-Key"
 	HeaderIdempotentReplayed = "Idempotent-Replayed"
+	// HeaderTraceParent is the W3C Trace Context header a submission may
+	// carry (optional; stored on the job when well formed).
+	HeaderTraceParent = "traceparent"
 	// MaxIdempotencyKeyLen is the longest accepted Idempotency-Key.
 	MaxIdempotencyKeyLen = 255
 )
@@ -60,6 +64,9 @@ func (s *Server) submit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// Every attempt's span links to the submission's W3C traceparent; a
+	// malformed one is ignored (W3C Trace Context), never refused or kept.
+	nj.TraceParent, _ = tracing.ParseTraceParent(r.Header.Get(HeaderTraceParent))
 	// The store group-commits concurrent submissions (one commit for many,
 	// each in its own savepoint), and returns only once this one is durable.
 	job, created, err := s.cfg.Store.CreateJob(r.Context(), nj)
