@@ -147,7 +147,7 @@ func checkAttemptSpan(t *testing.T, a tracetest.SpanStub, n int, link trace.Span
 		pipeline.AttrWorkflowVersion: attribute.StringValue("v1"), pipeline.AttrAttempt: attribute.IntValue(n),
 	} {
 		if got := attr(a, k); got != want {
-			t.Errorf("attempt %d: %s = %v, want %v", n, k, got.Emit(), want.Emit())
+			t.Errorf("attempt %d: %s = %v, want %v", n, k, got.String(), want.String())
 		}
 	}
 	wantStatus, wantOutcome := codes.Error, string(pipeline.StatusRetryWait)
