@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/trace"
 
 	"edgepipe/internal/tracing"
 	"edgepipe/pipeline"
@@ -64,9 +65,7 @@ func (s *Server) submit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	// Every attempt's span links to the submission's W3C traceparent; a
-	// malformed one is ignored (W3C Trace Context), never refused or kept.
-	nj.TraceParent, _ = tracing.ParseTraceParent(r.Header.Get(HeaderTraceParent))
+	nj.TraceParent = submissionTraceParent(r)
 	// The store group-commits concurrent submissions (one commit for many,
 	// each in its own savepoint), and returns only once this one is durable.
 	job, created, err := s.cfg.Store.CreateJob(r.Context(), nj)
@@ -255,6 +254,19 @@ func (s *Server) newJob(c echo.Context, tenant, key string, req submitRequest, s
 		nj.Queue = d.Queue
 	}
 	return nj, nil
+}
+
+// submissionTraceParent is the span context every attempt's span links to:
+// with tracing on, the submission's own server span (otelhttp's, a child of
+// the caller's traceparent when there was one); with tracing off, the
+// caller's W3C traceparent header. A malformed header is ignored (W3C Trace
+// Context), never refused and never stored.
+func submissionTraceParent(r *http.Request) string {
+	if sc := trace.SpanContextFromContext(r.Context()); sc.IsValid() && !sc.IsRemote() {
+		return tracing.TraceParent(sc)
+	}
+	tp, _ := tracing.ParseTraceParent(r.Header.Get(HeaderTraceParent))
+	return tp
 }
 
 var suffixEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)

@@ -7,6 +7,8 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"edgepipe/internal/tracing"
 )
 
 // A submission's well-formed traceparent is stored on its job (in
@@ -48,7 +50,8 @@ func TestSubmitStoresTraceParent(t *testing.T) {
 }
 
 // With a TracerProvider the API makes a server span per request, named by
-// method and route (not the raw path), in the caller's trace.
+// method and route (not the raw path), in the caller's trace; the job
+// keeps the submission's server span, which attempts link to.
 func TestServerSpansNamedByRoute(t *testing.T) {
 	t.Parallel()
 	exp := tracetest.NewInMemoryExporter()
@@ -71,5 +74,12 @@ func TestServerSpansNamedByRoute(t *testing.T) {
 	}
 	if s := spans[1]; s.Name != "GET /v1/jobs/:id" {
 		t.Errorf("read span %q, want GET /v1/jobs/:id", s.Name)
+	}
+	j, err := e.store.GetJob(context.Background(), ak(res.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := tracing.TraceParent(spans[0].SpanContext); j.TraceParent != want {
+		t.Errorf("stored traceparent %q, want the submission span's %q", j.TraceParent, want)
 	}
 }

@@ -35,9 +35,14 @@ func ParseTraceParent(v string) (canonical string, ok bool) {
 	if !sc.IsValid() {
 		return "", false
 	}
+	return TraceParent(sc), true
+}
+
+// TraceParent is sc as a W3C traceparent ("" for an invalid sc).
+func TraceParent(sc trace.SpanContext) string {
 	c := propagation.MapCarrier{}
 	Propagator.Inject(trace.ContextWithRemoteSpanContext(context.Background(), sc), c)
-	return c.Get("traceparent"), true
+	return c.Get("traceparent")
 }
 
 // SpanContext is the remote span context a traceparent names; an empty or
