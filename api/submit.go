@@ -265,7 +265,7 @@ func submissionTraceParent(r *http.Request) string {
 	if sc := trace.SpanContextFromContext(r.Context()); sc.IsValid() && !sc.IsRemote() {
 		return tracing.TraceParent(sc)
 	}
-	tp, _ := tracing.ParseTraceParent(r.Header.Get(HeaderTraceParent))
+	tp, _ := tracing.ParseTraceParent(r.Header.Get(HeaderTraceParent)) //nolint:contextcheck // parsing a header value needs no request context
 	return tp
 }
 

@@ -38,11 +38,13 @@ func ParseTraceParent(v string) (canonical string, ok bool) {
 	return TraceParent(sc), true
 }
 
-// TraceParent is sc as a W3C traceparent ("" for an invalid sc).
+// TraceParent is sc as a W3C traceparent, version 00, as Propagator
+// writes it ("" for an invalid sc).
 func TraceParent(sc trace.SpanContext) string {
-	c := propagation.MapCarrier{}
-	Propagator.Inject(trace.ContextWithRemoteSpanContext(context.Background(), sc), c)
-	return c.Get("traceparent")
+	if !sc.IsValid() {
+		return ""
+	}
+	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + (sc.TraceFlags() & trace.FlagsSampled).String()
 }
 
 // SpanContext is the remote span context a traceparent names; an empty or

@@ -1,8 +1,11 @@
 package tracing
 
 import (
+	"context"
 	"testing"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
 
@@ -42,5 +45,21 @@ func TestOrDefaultsToNoop(t *testing.T) {
 	tp := noop.NewTracerProvider()
 	if Or(tp) != tp {
 		t.Error("Or(tp) did not return tp")
+	}
+}
+
+// TraceParent writes what the propagator writes.
+func TestTraceParentMatchesPropagator(t *testing.T) {
+	t.Parallel()
+	for _, tp := range []string{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"} {
+		sc := SpanContext(tp)
+		c := propagation.MapCarrier{}
+		Propagator.Inject(trace.ContextWithRemoteSpanContext(context.Background(), sc), c)
+		if got := TraceParent(sc); got != tp || got != c.Get("traceparent") {
+			t.Errorf("TraceParent(%s) = %q, propagator %q", tp, got, c.Get("traceparent"))
+		}
+	}
+	if got := TraceParent(trace.SpanContext{}); got != "" {
+		t.Errorf("TraceParent(invalid) = %q, want empty", got)
 	}
 }
