@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"edgepipe/pipeline"
 	"edgepipe/routing"
 	"edgepipe/webhook"
@@ -76,6 +78,12 @@ type Config struct {
 	// Operations are the provider operations as this deployment routes
 	// them: the operations page says under which contract each runs now.
 	Operations []RoutedOperation
+	// TracerProvider, when set, wraps the handler in otelhttp: a server
+	// span per request, named by method and route (never the raw path),
+	// child of the request's W3C traceparent. nil leaves the handler bare
+	// (tracing off costs nothing). A submission's traceparent is stored on
+	// its job either way.
+	TracerProvider trace.TracerProvider
 }
 
 // RoutedOperation is one provider operation as the deployment routes it.

@@ -18,7 +18,11 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
+	"edgepipe/internal/tracing"
 	"edgepipe/pipeline"
 )
 
@@ -71,6 +75,7 @@ type Server struct {
 	cfg       Config
 	log       *slog.Logger
 	e         *echo.Echo
+	handler   http.Handler // e, or e inside otelhttp
 	tokens    tokenIndex
 	adminHash []byte // sha256 of the admin token; nil when disabled
 	csrf      string
@@ -110,11 +115,20 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.pages = t
 	s.e = s.routes()
+	s.handler = s.e
+	if cfg.TracerProvider != nil {
+		s.handler = otelhttp.NewHandler(s.e, "edgepipe.api", otelhttp.WithTracerProvider(cfg.TracerProvider),
+			otelhttp.WithPropagators(tracing.Propagator),
+			// Named by method here; observe renames the span by route once
+			// echo has routed the request.
+			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method }))
+	}
 	return s, nil
 }
 
-// Handler is the API as an http.Handler (the *echo.Echo).
-func (s *Server) Handler() http.Handler { return s.e }
+// Handler is the API as an http.Handler: the *echo.Echo, inside otelhttp's
+// handler when Config.TracerProvider is set.
+func (s *Server) Handler() http.Handler { return s.handler }
 
 // CloseStreams ends every open event stream (clients reconnect with
 // Last-Event-ID, elsewhere or later). http.Server.Shutdown does not cancel
@@ -298,6 +312,10 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		route := c.Path()
 		if route == "" {
 			route = "unmatched"
+		}
+		if span := trace.SpanFromContext(c.Request().Context()); span.IsRecording() {
+			span.SetName(c.Request().Method + " " + route)
+			span.SetAttributes(attribute.String("http.route", route))
 		}
 		s.cfg.Metrics.request(c.Request().Method, route, code)
 		if s.log.Enabled(c.Request().Context(), slog.LevelDebug) {

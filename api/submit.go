@@ -9,7 +9,9 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/trace"
 
+	"edgepipe/internal/tracing"
 	"edgepipe/pipeline"
 	"edgepipe/routing"
 	"edgepipe/webhook"
@@ -19,6 +21,9 @@ import (
 const (
 	HeaderIdempotencyKey     = "Idempotency-Key"
 	HeaderIdempotentReplayed = "Idempotent-Replayed"
+	// HeaderTraceParent is the W3C Trace Context header a submission may
+	// carry (optional; stored on the job when well formed).
+	HeaderTraceParent = "traceparent"
 	// MaxIdempotencyKeyLen is the longest accepted Idempotency-Key.
 	MaxIdempotencyKeyLen = 255
 )
@@ -60,6 +65,7 @@ func (s *Server) submit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	nj.TraceParent = submissionTraceParent(r)
 	// The store group-commits concurrent submissions (one commit for many,
 	// each in its own savepoint), and returns only once this one is durable.
 	job, created, err := s.cfg.Store.CreateJob(r.Context(), nj)
@@ -248,6 +254,19 @@ func (s *Server) newJob(c echo.Context, tenant, key string, req submitRequest, s
 		nj.Queue = d.Queue
 	}
 	return nj, nil
+}
+
+// submissionTraceParent is the span context every attempt's span links to:
+// with tracing on, the submission's own server span (otelhttp's, a child of
+// the caller's traceparent when there was one); with tracing off, the
+// caller's W3C traceparent header. A malformed header is ignored (W3C Trace
+// Context), never refused and never stored.
+func submissionTraceParent(r *http.Request) string {
+	if sc := trace.SpanContextFromContext(r.Context()); sc.IsValid() && !sc.IsRemote() {
+		return tracing.TraceParent(sc)
+	}
+	tp, _ := tracing.ParseTraceParent(r.Header.Get(HeaderTraceParent)) //nolint:contextcheck // parsing a header value needs no request context
+	return tp
 }
 
 var suffixEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)

@@ -177,6 +177,7 @@ func (u *unitRun) keepPaid(call *paidCall, body []byte) (*answer, error) {
 		return nil, err
 	}
 	u.d.Metrics.ProviderCall(call.op, CallSucceeded)
+	call.recorded(CallSucceeded)
 	if err := u.d.Store.FinishCall(context.WithoutCancel(ctx), &FinishCallParams{ID: call.id, Status: CallSucceeded, HTTPStatus: 200, ErrorCode: "", ExternalID: ""}); err != nil {
 		return nil, storeErr(err)
 	}
@@ -241,6 +242,6 @@ func (u *unitRun) discard(ctx context.Context, ans *answer) {
 
 // write is the object write of one of this unit's objects under key.
 func (u *unitRun) write(key, kind, contentType string) *objectWrite {
-	return &objectWrite{Ledger: u.d.Store, Objects: u.d.Objects, Lease: u.a.lease, Failpoint: u.d.Failpoint,
+	return &objectWrite{Ledger: u.d.Store, Objects: u.d.Objects, Lease: u.a.lease, Failpoint: u.d.Failpoint, Tracer: u.d.Tracer,
 		Key: key, Kind: kind, ContentType: contentType}
 }

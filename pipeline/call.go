@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The billing protocol. Every request that may be billed — whatever the
@@ -29,6 +32,10 @@ type paidCall struct {
 	ctx context.Context
 	// rate is the rate limiter's slot the call holds until done.
 	rate rateSlot
+	// span is the call's span (SpanProvider), the parent of the request
+	// (ctx carries it, so an HTTP adapter sends its traceparent); end
+	// ends it, after recorded set the call's status on it.
+	span trace.Span
 }
 
 // beginCall is the pre-send protocol, in this order: the contract against
@@ -76,8 +83,24 @@ func (u *unitRun) beginCall(ctx context.Context, op string, contract Contract) (
 	if err := u.stopBeforeSend(ctx, id, op); err != nil {
 		return nil, err
 	}
-	return &paidCall{u: u, id: id, op: op, provider: provider, contract: contract, meta: meta, ctx: u.callContext(ctx, contract), rate: slot}, nil
+	_, span := tracerOr(u.d.Tracer).Start(ctx, SpanProvider, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(AttrProvider.String(provider), AttrOp.String(op), AttrContract.String(string(contract))))
+	return &paidCall{u: u, id: id, op: op, provider: provider, contract: contract, meta: meta,
+		ctx: trace.ContextWithSpan(u.callContext(ctx, contract), span), rate: slot, span: span}, nil
 }
+
+// recorded puts the call's recorded status on its span: an error unless
+// it succeeded, and whether it is ambiguous (may have been billed without
+// a result).
+func (c *paidCall) recorded(status string) {
+	c.span.SetAttributes(AttrCallStatus.String(status), AttrAmbiguous.Bool(status == CallAmbiguous))
+	if status != CallSucceeded {
+		c.span.SetStatus(codes.Error, status)
+	}
+}
+
+// end ends the call's span (the caller defers it next to done).
+func (c *paidCall) end() { c.span.End() }
 
 // done gives back the call's rate-limit slot (once; later calls do
 // nothing).
@@ -103,7 +126,9 @@ func (c *paidCall) send(fn func(ctx context.Context) error) (err error) {
 func (c *paidCall) failed(err error) error {
 	c.u.pauseRate(c.ctx, c.rate, c.op, err)
 	c.done()
-	return c.u.callFailed(c.ctx, c.id, c.op, c.contract, err)
+	status, err := c.u.callFailed(c.ctx, c.id, c.op, c.contract, err)
+	c.recorded(status)
+	return err
 }
 
 // contract is the contract op runs under now: the provider's declared one,
@@ -195,8 +220,9 @@ func (u *unitRun) stopBeforeSend(ctx context.Context, id int64, op string) error
 }
 
 // callFailed records a failed call in the audit trail and classifies it by
-// the operation's contract (docs/design.md §6).
-func (u *unitRun) callFailed(ctx context.Context, id int64, op string, contract Contract, err error) error {
+// the operation's contract (docs/design.md §6), and returns the status it
+// recorded.
+func (u *unitRun) callFailed(ctx context.Context, id int64, op string, contract Contract, err error) (string, error) {
 	status, httpStatus, code := CallAmbiguous, 0, "provider_error"
 	var ce *CallError
 	switch {
@@ -220,7 +246,7 @@ func (u *unitRun) callFailed(ctx context.Context, id int64, op string, contract 
 	// The call's class decides the outcome; a failure to record it rides
 	// along (errors.Join drops a nil).
 	ferr := u.d.Store.FinishCall(context.WithoutCancel(ctx), &FinishCallParams{ID: id, Status: status, HTTPStatus: httpStatus, ErrorCode: code, ExternalID: ""})
-	return errors.Join(classifyCall(ctx, op, contract, err), storeErr(ferr))
+	return status, errors.Join(classifyCall(ctx, op, contract, err), storeErr(ferr))
 }
 
 // classifyCall is the §6 table: what a failed call means for the job.

@@ -13,6 +13,10 @@ import (
 	"runtime/debug"
 	"syscall"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"edgepipe/internal/tracing"
 )
 
 // Renderer turns stored media into clips and joins them (render.Renderer,
@@ -90,6 +94,9 @@ type EngineConfig struct {
 	Proofs ProofReader
 	// ProofMaxAge is how long a proof is trusted (DefaultProofMaxAge).
 	ProofMaxAge time.Duration
+	// TracerProvider makes the attempt, stage, unit, provider-call and
+	// upload spans (README "Tracing"); nil is the noop provider.
+	TracerProvider trace.TracerProvider
 }
 
 // Metrics receives counters (api.Metrics implements it); nil discards.
@@ -148,6 +155,7 @@ func (c *EngineConfig) setDefaults() {
 	if c.Metrics == nil {
 		c.Metrics = nopMetrics{}
 	}
+	c.TracerProvider = tracing.Or(c.TracerProvider)
 	c.RateLimits.setDefaults()
 }
 
@@ -184,7 +192,8 @@ func DefaultClipConcurrency() int { return runtime.NumCPU() }
 
 // Engine runs one attempt of a job through the four stages.
 type Engine struct {
-	cfg EngineConfig
+	cfg    EngineConfig
+	tracer trace.Tracer
 }
 
 // NewEngine validates cfg and returns an Engine.
@@ -193,7 +202,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Engine{cfg: cfg}, nil
+	return &Engine{cfg: cfg, tracer: cfg.TracerProvider.Tracer(TracerName)}, nil
 }
 
 // attempt is the state one run of a job carries between stages.
@@ -220,8 +229,17 @@ const (
 // could not be decided (the lease was lost, the worker is stopping: the
 // context's cause says which): nothing must be recorded. A panic anywhere in
 // the attempt is recovered into a classified failure (see recovered), with
-// its stack in the log and a safe message on the job.
-func (e *Engine) Run(ctx context.Context, c Claimed) (o Outcome, err error) {
+// its stack in the log and a safe message on the job. The attempt is one
+// span (startAttempt) with a child per stage, unit, provider call and
+// upload.
+func (e *Engine) Run(ctx context.Context, c Claimed) (Outcome, error) {
+	ctx, span := startAttempt(ctx, e.tracer, c)
+	o, err := e.run(ctx, c)
+	endAttempt(span, o, err)
+	return o, err
+}
+
+func (e *Engine) run(ctx context.Context, c Claimed) (o Outcome, err error) {
 	wf, ok := Workflows[c.Job.Version]
 	if !ok {
 		// The worker only consumes bound versions' queues; a job of another
@@ -372,83 +390,92 @@ func (e *Engine) outcome(c Claimed, err error) Outcome {
 }
 
 // runStages is prepare → execute → apply → finalize. Each stage's progress is
-// recorded only after the stage's work returned without error, by this
-// function and not by a deferred call, so a failed or still-running stage can
-// never be flushed as finished (the seed's lost-flush bug).
+// recorded only after the stage's work returned without error (stage), and
+// not by a deferred call, so a failed or still-running stage can never be
+// flushed as finished (the seed's lost-flush bug).
 func (e *Engine) runStages(ctx context.Context, a *attempt) (string, error) {
 	if err := e.fail(ctx, "after_claim"); err != nil {
 		return "", err
 	}
-	start := e.cfg.Clock.Now()
-	if err := e.stageStarted(ctx, a, StagePrepare); err != nil {
+	if err := e.stage(ctx, a, StagePrepare, func(ctx context.Context) (map[string]any, error) {
+		return nil, prepare(ctx, e.cfg.Store, a)
+	}); err != nil {
 		return "", err
 	}
-	if err := prepare(ctx, e.cfg.Store, a); err != nil {
+	if err := e.stage(ctx, a, StageExecute, func(ctx context.Context) (map[string]any, error) {
+		return nil, execute(ctx, e.executeDeps(), a)
+	}); err != nil {
 		return "", err
-	}
-	if err := e.cfg.Store.StageFinished(ctx, a.lease, StagePrepare, doneUnits(a.units), nil); err != nil {
-		return "", storeErr(err)
-	}
-	e.cfg.Metrics.StageDuration(StagePrepare, e.cfg.Clock.Now().Sub(start))
-
-	start = e.cfg.Clock.Now()
-	if err := e.stageStarted(ctx, a, StageExecute); err != nil {
-		return "", err
-	}
-	if err := execute(ctx, ExecuteDeps{
-		Store: e.cfg.Store, Objects: e.cfg.Objects, Providers: e.cfg.Providers, Clock: e.cfg.Clock,
-		Concurrency: e.cfg.UnitConcurrency, PollInterval: e.cfg.VideoPollInterval, VideoTimeout: e.cfg.VideoTimeout,
-		Failpoint: e.cfg.Failpoint, Metrics: e.cfg.Metrics, SpoolDir: e.cfg.SpoolDir, SpoolPatience: e.cfg.SpoolPatience,
-		Rate: e.cfg.RateLimits, Proofs: e.cfg.Proofs, ProofMaxAge: e.cfg.ProofMaxAge,
-	}, a); err != nil {
-		return "", err
-	}
-	if err := e.cfg.Store.StageFinished(ctx, a.lease, StageExecute, doneUnits(a.units), nil); err != nil {
-		return "", storeErr(err)
 	}
 	if err := e.fail(ctx, "after_execute"); err != nil {
 		return "", err
 	}
-	e.cfg.Metrics.StageDuration(StageExecute, e.cfg.Clock.Now().Sub(start))
-
 	w, h := a.board.Options.Size()
 	r, err := e.cfg.Renderers(ctx, w, h, a.board.Options.FPS)
 	if err != nil {
 		return "", &ClassifiedError{Class: ClassTransient, Code: "renderer_unavailable", Message: "the renderer could not start", Cause: err}
 	}
-	start = e.cfg.Clock.Now()
-	if err := e.stageStarted(ctx, a, StageApply); err != nil {
-		return "", err
-	}
 	var clips []string
-	var applied map[string]any
-	if renderStored(ctx, e.cfg.Store, a, r) {
-		applied = map[string]any{"skipped": "render_stored"}
-	} else if clips, err = apply(ctx, ApplyDeps{Cancel: e.cfg.Store, Objects: e.cfg.Objects, Renderer: r, Concurrency: e.cfg.ClipConcurrency}, a); err != nil {
-		return "", localErr(err)
-	}
-	if err := e.cfg.Store.StageFinished(ctx, a.lease, StageApply, doneUnits(a.units), applied); err != nil {
-		return "", storeErr(err)
-	}
-	e.cfg.Metrics.StageDuration(StageApply, e.cfg.Clock.Now().Sub(start))
-
-	start = e.cfg.Clock.Now()
-	if err := e.stageStarted(ctx, a, StageFinalize); err != nil {
+	if err := e.stage(ctx, a, StageApply, func(ctx context.Context) (map[string]any, error) {
+		if renderStored(ctx, e.cfg.Store, a, r) {
+			return map[string]any{"skipped": "render_stored"}, nil
+		}
+		var err error
+		clips, err = apply(ctx, ApplyDeps{Cancel: e.cfg.Store, Objects: e.cfg.Objects, Renderer: r, Concurrency: e.cfg.ClipConcurrency}, a)
+		return nil, localErr(err)
+	}); err != nil {
 		return "", err
 	}
-	key, err := finalize(ctx, FinalizeDeps{Cancel: e.cfg.Store, Ledger: e.cfg.Store, Objects: e.cfg.Objects, Renderer: r,
-		Failpoint: e.cfg.Failpoint, Metrics: e.cfg.Metrics}, a, clips)
-	if err != nil {
-		return "", localErr(err)
+	var key string
+	if err := e.stage(ctx, a, StageFinalize, func(ctx context.Context) (map[string]any, error) {
+		var err error
+		key, err = finalize(ctx, FinalizeDeps{Cancel: e.cfg.Store, Ledger: e.cfg.Store, Objects: e.cfg.Objects, Renderer: r,
+			Failpoint: e.cfg.Failpoint, Metrics: e.cfg.Metrics, Tracer: e.tracer}, a, clips)
+		if err != nil {
+			return nil, localErr(err)
+		}
+		return map[string]any{"result_key": key}, nil
+	}); err != nil {
+		return "", err
 	}
-	if err := e.cfg.Store.StageFinished(ctx, a.lease, StageFinalize, doneUnits(a.units), map[string]any{"result_key": key}); err != nil {
-		return "", storeErr(err)
-	}
-	e.cfg.Metrics.StageDuration(StageFinalize, e.cfg.Clock.Now().Sub(start))
 	if err := e.fail(ctx, "before_finish"); err != nil {
 		return "", err
 	}
 	return key, nil
+}
+
+// stage runs one stage's work in a span of its own (SpanStage), between
+// its stage_started event and the record of its progress with detail, and
+// observes its duration.
+func (e *Engine) stage(ctx context.Context, a *attempt, name string, work func(ctx context.Context) (detail map[string]any, err error)) (err error) {
+	start := e.cfg.Clock.Now()
+	ctx, span := e.tracer.Start(ctx, SpanStage+"."+name, trace.WithAttributes(AttrStage.String(name)))
+	defer func() {
+		failSpan(span, err)
+		span.End()
+	}()
+	if err = e.stageStarted(ctx, a, name); err != nil {
+		return err
+	}
+	detail, err := work(ctx)
+	if err != nil {
+		return err
+	}
+	if err = e.cfg.Store.StageFinished(ctx, a.lease, name, doneUnits(a.units), detail); err != nil {
+		return storeErr(err)
+	}
+	e.cfg.Metrics.StageDuration(name, e.cfg.Clock.Now().Sub(start))
+	return nil
+}
+
+// executeDeps is what the execute stage gets of the engine's config.
+func (e *Engine) executeDeps() ExecuteDeps {
+	return ExecuteDeps{
+		Store: e.cfg.Store, Objects: e.cfg.Objects, Providers: e.cfg.Providers, Clock: e.cfg.Clock,
+		Concurrency: e.cfg.UnitConcurrency, PollInterval: e.cfg.VideoPollInterval, VideoTimeout: e.cfg.VideoTimeout,
+		Failpoint: e.cfg.Failpoint, Metrics: e.cfg.Metrics, SpoolDir: e.cfg.SpoolDir, SpoolPatience: e.cfg.SpoolPatience,
+		Rate: e.cfg.RateLimits, Proofs: e.cfg.Proofs, ProofMaxAge: e.cfg.ProofMaxAge, Tracer: e.tracer,
+	}
 }
 
 // stageStarted records that the attempt entered a stage, and with which

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -41,6 +42,8 @@ type ExecuteDeps struct {
 	Proofs ProofReader
 	// ProofMaxAge is how long a proof is trusted.
 	ProofMaxAge time.Duration
+	// Tracer makes the unit, provider-call and upload spans (nil: none).
+	Tracer trace.Tracer
 }
 
 // Artifact names within a unit.
@@ -105,8 +108,14 @@ type unitRun struct {
 	attemptCtx context.Context
 }
 
-func runUnit(ctx, attemptCtx context.Context, d ExecuteDeps, a *attempt, i int) error {
+// runUnit generates scene i in a span of its own (SpanUnit).
+func runUnit(ctx, attemptCtx context.Context, d ExecuteDeps, a *attempt, i int) (err error) {
 	u := &unitRun{d: d, a: a, scene: a.board.Scenes[i], unit: a.units[i], attemptCtx: attemptCtx}
+	ctx, span := tracerOr(d.Tracer).Start(ctx, SpanUnit, trace.WithAttributes(AttrScene.Int(u.unit.Scene), AttrUnitKind.String(u.scene.Kind())))
+	defer func() {
+		failSpan(span, err)
+		span.End()
+	}()
 	visual := ArtifactImage
 	if u.scene.Kind() == "video" {
 		visual = ArtifactVideo
@@ -220,6 +229,7 @@ func (u *unitRun) syncCall(ctx context.Context, op string) (*answer, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer call.end()
 	defer call.done()
 	w, h := u.a.board.Options.Size()
 	var m Media
@@ -338,6 +348,7 @@ func (u *unitRun) submitVideo(ctx context.Context, contract Contract) (string, i
 	if err != nil {
 		return "", 0, err
 	}
+	defer call.end()
 	defer call.done()
 	w, h := u.a.board.Options.Size()
 	var ext string
@@ -354,6 +365,7 @@ func (u *unitRun) submitVideo(ctx context.Context, contract Contract) (string, i
 	// follow a context kept in a struct (the nolints below).
 	sctx := call.ctx
 	u.d.Metrics.ProviderCall(OpVideoSubmit, CallSucceeded)
+	call.recorded(CallSucceeded)
 	if err := u.d.Store.FinishCall(context.WithoutCancel(sctx), &FinishCallParams{ID: call.id, Status: CallSucceeded, HTTPStatus: 202, ErrorCode: "", ExternalID: ext}); err != nil { //nolint:contextcheck // sctx is derived from ctx
 		return "", 0, storeErr(err)
 	}

@@ -60,6 +60,13 @@ func withProviders(wrap func(pipeline.Providers) pipeline.Providers) harnessOpt 
 
 func newHarness(t *testing.T, opts ...harnessOpt) *harness {
 	t.Helper()
+	return newHarnessWith(t, nil, opts...)
+}
+
+// newHarnessWith is newHarness whose provider adapter's config pc may
+// change (nil: none) before the adapter is built.
+func newHarnessWith(t *testing.T, pc func(*provider.Config), opts ...harnessOpt) *harness {
+	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
 	h := &harness{t: t, clock: pipeline.NewManualClock(t0), fp: &failpoints{}}
@@ -92,7 +99,11 @@ func newHarness(t *testing.T, opts ...harnessOpt) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.fake.Close() })
-	hp, err := provider.New(provider.Config{BaseURL: base, Timeout: 5 * time.Second})
+	pcfg := provider.Config{BaseURL: base, Timeout: 5 * time.Second}
+	if pc != nil {
+		pc(&pcfg)
+	}
+	hp, err := provider.New(pcfg)
 	if err != nil {
 		t.Fatal(err)
 	}

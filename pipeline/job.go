@@ -54,6 +54,10 @@ type Job struct {
 	// Decision is the last operator decision taken on the job while it was
 	// in needs_review (zero Kind when there was none).
 	Decision JobDecision
+	// TraceParent is the W3C traceparent the job was submitted under
+	// (empty when none, or a malformed one, came with it): every attempt's
+	// span links to it.
+	TraceParent string
 }
 
 // JobDecision is an operator's decision on a job: what, who, why, when.

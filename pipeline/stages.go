@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"sync"
 
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -38,6 +39,7 @@ type FinalizeDeps struct {
 	Renderer  Renderer
 	Failpoint Failpoint
 	Metrics   Metrics
+	Tracer    trace.Tracer // the upload's span (nil: none)
 }
 
 // apply builds one clip per scene from the stored media, in the attempt's
@@ -273,6 +275,6 @@ func (f *failpointReader) Read(p []byte) (int, error) {
 
 // renderWrite is the object write of a job's render under key.
 func renderWrite(d FinalizeDeps, a *attempt, key string) *objectWrite {
-	return &objectWrite{Ledger: d.Ledger, Objects: d.Objects, Lease: a.lease, Failpoint: d.Failpoint,
+	return &objectWrite{Ledger: d.Ledger, Objects: d.Objects, Lease: a.lease, Failpoint: d.Failpoint, Tracer: d.Tracer,
 		Key: key, Kind: "render", ContentType: "video/mp4", DurationMS: a.board.TotalMS()}
 }

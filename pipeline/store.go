@@ -76,6 +76,9 @@ type NewJob struct {
 	// dead letter for the operator.
 	DeadLetterQueue string
 	WebhookURL      string
+	// TraceParent is the submission's W3C traceparent, already validated
+	// (tracing.ParseTraceParent); empty stores NULL.
+	TraceParent string
 }
 
 // WithDefaults returns nj with what it may leave out filled in: an empty

@@ -9,6 +9,9 @@ import (
 	"hash"
 	"io"
 	"time"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // objectWrite is one object to store (writeObject) or adopt (adoptObject)
@@ -22,7 +25,8 @@ type objectWrite struct {
 	Key         string
 	Kind        string // image | speech | video | render | staged
 	ContentType string
-	DurationMS  int // renders: the storyboard's length
+	DurationMS  int          // renders: the storyboard's length
+	Tracer      trace.Tracer // the upload's span (nil: none)
 }
 
 // writeObject stores r under key by the write protocol of docs/design.md §7:
@@ -45,7 +49,7 @@ func writeObject(ctx context.Context, w *objectWrite, r io.Reader) (a Asset, reu
 		return Asset{}, false, errors.Join(err, abandon(ctx, led, objs, lease.AttemptID, key))
 	}
 	hr := &hashingReader{r: r, h: sha256.New()}
-	info, err := objs.Put(ctx, key, hr, PutOptions{ContentType: contentType, CreateOnly: true})
+	info, err := w.put(ctx, hr)
 	if err != nil {
 		if errors.Is(err, ErrAlreadyExists) {
 			// Someone else wrote the key first. If they finished, reuse it.
@@ -90,6 +94,21 @@ func writeObject(ctx context.Context, w *objectWrite, r io.Reader) (a Asset, reu
 		return Asset{}, false, errors.Join(storeErr(err), abandon(ctx, led, objs, lease.AttemptID, key))
 	}
 	return a, false, nil
+}
+
+// put uploads the object (create-only) in a span of its own (SpanUpload)
+// that records its key and the bytes sent.
+func (w *objectWrite) put(ctx context.Context, hr *hashingReader) (info ObjectInfo, err error) {
+	ctx, span := tracerOr(w.Tracer).Start(ctx, SpanUpload, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(AttrObjectKey.String(w.Key), AttrObjectKind.String(w.Kind)))
+	defer func() {
+		span.SetAttributes(AttrObjectBytes.Int64(hr.n))
+		if err != nil {
+			span.SetStatus(codes.Error, "upload failed")
+		}
+		span.End()
+	}()
+	return w.Objects.Put(ctx, w.Key, hr, PutOptions{ContentType: w.ContentType, CreateOnly: true})
 }
 
 // abandon undoes this attempt's claim, deleting the object when the ledger

@@ -15,6 +15,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
+	"edgepipe/internal/tracing"
 	"edgepipe/pipeline"
 )
 
@@ -174,6 +177,9 @@ func (c *Caller) Do(ctx context.Context, r Request) (*Response, error) {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("User-Agent", "edgepipe-provider/1")
+	// The traceparent of ctx's span (the pipeline's provider call span);
+	// nothing without one.
+	tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	client := c.client
 	if !r.Read {
 		client = c.billClient

@@ -17,6 +17,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
+	"edgepipe/internal/tracing"
 	"edgepipe/pipeline"
 )
 
@@ -351,6 +354,9 @@ func (h *HTTP) newRequest(ctx context.Context, c *call) (*http.Request, error) {
 		req.Header.Set("Accept", c.accept)
 	}
 	req.Header.Set("User-Agent", "edgepipe-provider/1")
+	// The W3C traceparent of the span ctx carries (the pipeline's provider
+	// call span) goes with the request; with no span, nothing is added.
+	tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	if !c.read {
 		if err := checkHeader(HeaderUnitID, c.unit); err != nil {
 			return nil, &pipeline.CallError{Op: c.op, Outcome: pipeline.OutcomeRejected, Code: CodeInvalidCall, Cause: err}

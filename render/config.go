@@ -9,6 +9,9 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
+	"edgepipe/internal/tracing"
 	"edgepipe/pipeline"
 )
 
@@ -92,6 +95,10 @@ type Config struct {
 	// Logger receives debug lines about commands and ffmpeg warnings. nil
 	// discards.
 	Logger *slog.Logger
+
+	// TracerProvider makes a span per ffmpeg process (SpanProcess); nil
+	// is the noop provider.
+	TracerProvider trace.TracerProvider
 }
 
 // WithDefaults returns c with every unset field set to its default.
@@ -114,6 +121,7 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.TracerProvider = tracing.Or(c.TracerProvider)
 	return c
 }
 

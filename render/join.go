@@ -56,7 +56,14 @@ type JoinResult struct {
 // already written to w are not a valid render: w's owner must discard them
 // (JoinToStore aborts the upload). If ctx ends, ffmpeg is killed and the
 // context's error returned.
-func (r *Renderer) Join(ctx context.Context, clipPaths []string, w io.Writer) (JoinResult, error) {
+func (r *Renderer) Join(ctx context.Context, clipPaths []string, w io.Writer) (res JoinResult, err error) {
+	ctx, span := r.startProcess(ctx, "ffmpeg", "join")
+	defer func() { endProcess(span, err) }()
+	return r.join(ctx, clipPaths, w)
+}
+
+// join is Join under its span.
+func (r *Renderer) join(ctx context.Context, clipPaths []string, w io.Writer) (JoinResult, error) {
 	if len(clipPaths) == 0 {
 		return JoinResult{}, fmt.Errorf("render: join: %w: no clips", pipeline.ErrInvalidInput)
 	}

@@ -54,5 +54,7 @@ func (r *Renderer) withGeometry(width, height, fps int) (*Renderer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Renderer{cfg: cfg, log: r.log, ffmpegVersion: r.ffmpegVersion, ffprobeVersion: r.ffprobeVersion}, nil
+	g := *r // the checked binaries, their versions, the logger and tracer
+	g.cfg = cfg
+	return &g, nil
 }

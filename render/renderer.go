@@ -13,6 +13,10 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // binaryCheckTimeout bounds each `-version`/`-encoders` run in New: a binary
@@ -33,6 +37,7 @@ var requiredEncoders = []string{"libx264", "aac", "pcm_s16le", "mov_text"}
 type Renderer struct {
 	cfg            Config
 	log            *slog.Logger
+	tracer         trace.Tracer
 	ffmpegVersion  string
 	ffprobeVersion string
 }
@@ -59,7 +64,7 @@ func New(ctx context.Context, cfg Config) (*Renderer, error) {
 	// Keep the resolved paths: a later change of PATH must not swap binaries
 	// under a running service.
 	cfg.FFmpegPath, cfg.FFprobePath = ffmpeg, ffprobe
-	r := &Renderer{cfg: cfg, log: cfg.Logger, ffmpegVersion: ffmpegVersion, ffprobeVersion: ffprobeVersion}
+	r := &Renderer{cfg: cfg, log: cfg.Logger, tracer: cfg.TracerProvider.Tracer(TracerName), ffmpegVersion: ffmpegVersion, ffprobeVersion: ffprobeVersion}
 	r.log.Debug("render: ready", "ffmpeg", ffmpeg, "ffmpeg_version", ffmpegVersion,
 		"ffprobe", ffprobe, "size", fmt.Sprintf("%dx%d", cfg.Width, cfg.Height), "fps", cfg.FPS, "sample_rate", cfg.SampleRate)
 	return r, nil
@@ -160,13 +165,51 @@ func stderrCommand(ctx context.Context, bin string, args []string, stderrLimit i
 }
 
 // runFFmpeg runs ffmpeg to completion, discarding stdout.
-func (r *Renderer) runFFmpeg(ctx context.Context, op string, args []string, redact []redaction) error {
+func (r *Renderer) runFFmpeg(ctx context.Context, op string, args []string, redact []redaction) (err error) {
+	ctx, span := r.startProcess(ctx, "ffmpeg", op)
+	defer func() { endProcess(span, err) }()
 	cmd, tail := r.command(ctx, r.cfg.FFmpegPath, args)
 	cmd.Stdout = io.Discard
 	start := time.Now()
-	err := cmd.Run()
+	err = cmd.Run()
 	r.logStderr(ctx, op, tail, redact, time.Since(start))
 	return processFailure(ctx, "ffmpeg", op, err, tail, redact)
+}
+
+// TracerName is the instrumentation scope of the render package's spans.
+const TracerName = "edgepipe/render"
+
+// Span name and attribute keys of a process span (README "Tracing").
+const (
+	SpanProcess      = "edgepipe.render.process"
+	AttrCommand      = attribute.Key("edgepipe.render.command")
+	AttrPurpose      = attribute.Key("edgepipe.render.purpose")
+	AttrExitCode     = attribute.Key("process.exit.code")
+	exitCodeNotKnown = -1
+)
+
+// startProcess starts the span of one process run: tool is the command
+// (ffmpeg), purpose what it makes (image_scene, video_scene, join).
+func (r *Renderer) startProcess(ctx context.Context, tool, purpose string) (context.Context, trace.Span) {
+	return r.tracer.Start(ctx, SpanProcess, trace.WithAttributes(AttrCommand.String(tool), AttrPurpose.String(purpose)))
+}
+
+// endProcess records the process's exit code on span (0 for success, -1
+// when it never exited on its own: not started, killed by us) and ends it.
+func endProcess(span trace.Span, err error) {
+	defer span.End()
+	code := 0
+	var pe *ProcessError
+	switch {
+	case errors.As(err, &pe):
+		code = pe.ExitCode
+	case err != nil:
+		code = exitCodeNotKnown
+	}
+	span.SetAttributes(AttrExitCode.Int(code))
+	if err != nil {
+		span.SetStatus(codes.Error, "process failed")
+	}
 }
 
 // processFailure turns the result of Run/Wait into this package's errors:

@@ -39,7 +39,8 @@ type App struct {
 	Router  *routing.Router
 	Metrics *api.Metrics
 
-	fake *fake.Server
+	fake    *fake.Server
+	tracing tracing
 }
 
 // Open opens the database and object store and builds the router. It starts
@@ -63,12 +64,31 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		a.Store.Close()
 		return nil, err
 	}
+	if a.tracing, err = openTracing(ctx, cfg.Tracing); err != nil {
+		a.Store.Close()
+		return nil, err
+	}
+	if cfg.Tracing.Enabled {
+		log.Info("tracing on", "protocol", cfg.Tracing.Protocol, "service", cfg.Tracing.ServiceName)
+	}
 	return a, nil
 }
 
-// Close releases the stores and the in-process fake providers.
+// tracingShutdownTimeout bounds the flush of the spans still buffered when
+// the process stops.
+const tracingShutdownTimeout = 5 * time.Second
+
+// Close releases the stores and the in-process fake providers, and flushes
+// and stops the TracerProvider.
 func (a *App) Close() error {
 	var errs []error
+	if a.tracing.shutdown != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), tracingShutdownTimeout)
+		defer cancel()
+		if err := a.tracing.shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("tracing: %w", err))
+		}
+	}
 	if a.fake != nil {
 		errs = append(errs, a.fake.Close())
 	}
@@ -180,7 +200,7 @@ func (a *App) buildWorker(ctx context.Context, p *Parts, fps *failpoint.Set, wit
 		return err
 	}
 	rc := a.Cfg.Render
-	rc.Logger = a.Log
+	rc.Logger, rc.TracerProvider = a.Log, a.tracing.provider
 	// Check ffmpeg now: a missing binary is a start-up error naming
 	// the package, not a failure of the first job.
 	base, err := render.New(ctx, rc)
@@ -236,6 +256,7 @@ func (a *App) engineConfig(prov pipeline.Providers, renderers pipeline.RendererF
 		UnitConcurrency: a.Cfg.UnitConcurrency, ClipConcurrency: a.Cfg.ClipConcurrency,
 		Logger: a.Log, TempDir: os.TempDir(), SpoolDir: filepath.Join(a.Cfg.DataDir, "spool"), Failpoint: fp, Metrics: a.Metrics,
 		RateLimits: a.rateLimits(prov), Proofs: a.Store, ProofMaxAge: a.Cfg.ProofMaxAge,
+		TracerProvider: a.tracing.provider,
 	}
 }
 
@@ -295,7 +316,7 @@ func (a *App) buildAPI(ctx context.Context, p *Parts) error {
 	}
 	p.API, err = api.New(api.Config{Store: a.Store, Objects: a.Objects, Router: a.Router, Presence: a.Store, Tokens: a.Cfg.Tokens,
 		AdminToken: a.Cfg.AdminToken, AllowPrivateWebhooks: a.Cfg.AllowPrivate, Logger: a.Log, Metrics: a.Metrics,
-		SSEMaxAge: a.Cfg.SSEMaxAge, ProofMaxAge: a.Cfg.ProofMaxAge, Operations: ops})
+		SSEMaxAge: a.Cfg.SSEMaxAge, ProofMaxAge: a.Cfg.ProofMaxAge, Operations: ops, TracerProvider: a.tracing.provider})
 	if err != nil {
 		return err
 	}

@@ -132,6 +132,9 @@ type Config struct {
 	// ClientURL and ClientToken are the client commands' server and token
 	// (EDGEPIPE_URL, EDGEPIPE_TOKEN).
 	ClientURL, ClientToken string
+	// Tracing is OpenTelemetry tracing (the standard OTEL_* settings: off
+	// unless asked for; tracingSettings).
+	Tracing TracingConfig
 
 	// getenv reads the settings whose errors matter only to the part that
 	// uses them (ProviderSettings, FakeSettings, S3Settings).
@@ -272,6 +275,59 @@ func parse(getenv func(string) string) (Config, error) {
 	if c.AllowPrivate, err = boolSetting(getenv, "EDGEPIPE_ALLOW_PRIVATE_WEBHOOKS"); err != nil {
 		return c, err
 	}
+	if c.Tracing, err = tracingSettings(getenv); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// TracingConfig is whether and how spans are exported.
+type TracingConfig struct {
+	Enabled bool
+	// Protocol is the OTLP transport: ProtocolHTTP or ProtocolGRPC.
+	Protocol string
+	// ServiceName is the resource's service.name.
+	ServiceName string
+}
+
+// OTLP protocols (OTEL_EXPORTER_OTLP_PROTOCOL) edgepipe supports.
+const (
+	ProtocolHTTP = "http/protobuf"
+	ProtocolGRPC = "grpc"
+)
+
+// DefaultServiceName is service.name without OTEL_SERVICE_NAME.
+const DefaultServiceName = "edgepipe"
+
+// tracingSettings reads the standard OpenTelemetry settings edgepipe
+// honours. Tracing is off by default: on with OTEL_TRACES_EXPORTER=otlp, or
+// when an OTLP endpoint is set (OTEL_EXPORTER_OTLP_ENDPOINT,
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) and OTEL_TRACES_EXPORTER is unset;
+// OTEL_TRACES_EXPORTER=none or OTEL_SDK_DISABLED=true turns it off whatever
+// else is set. The exporter reads its other OTEL_EXPORTER_OTLP_* settings
+// itself.
+func tracingSettings(getenv func(string) string) (TracingConfig, error) {
+	c := TracingConfig{ServiceName: or(getenv("OTEL_SERVICE_NAME"), DefaultServiceName)}
+	disabled, err := boolSetting(getenv, "OTEL_SDK_DISABLED")
+	if err != nil {
+		return c, err
+	}
+	endpoint := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != ""
+	switch exporter := strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")); exporter {
+	case "":
+		c.Enabled = endpoint
+	case "otlp":
+		c.Enabled = true
+	case "none":
+	default:
+		return c, fmt.Errorf("OTEL_TRACES_EXPORTER: edgepipe exports traces by otlp or none, got %q", exporter)
+	}
+	c.Enabled = c.Enabled && !disabled
+	protocol := or(getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), or(getenv("OTEL_EXPORTER_OTLP_PROTOCOL"), ProtocolHTTP))
+	if protocol != ProtocolHTTP && protocol != ProtocolGRPC {
+		return c, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL: must be %s or %s, got %q", ProtocolHTTP, ProtocolGRPC, protocol)
+	}
+	c.Protocol = protocol
 	return c, nil
 }
 

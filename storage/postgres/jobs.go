@@ -17,12 +17,13 @@ const jobColumns = `id, tenant, operation, idempotency_key, request_fingerprint,
 	workflow_version, queue, status, status_changed_at, created_at, updated_at, attempts, next_run_at,
 	attempt_id, lease_owner, lease_expires_at, stage, units_total, units_done, last_error_class,
 	last_error_code, last_error_message, requires_action, cancel_requested_at, result_key, webhook_url,
-	infra_failures, infra_since, decision, decided_by, decision_reason, decided_at, instance_id`
+	infra_failures, infra_since, decision, decided_by, decision_reason, decided_at, instance_id, trace_parent`
 
 func scanJob(r pgx.Row) (pipeline.Job, error) {
 	var (
 		j                                    pipeline.Job
 		frozen, attemptID, owner, resultKey  *string
+		traceParent                          *string
 		status, errClass, decision, input    string
 		statusAt, createdAt, updatedAt       int64
 		nextRun, leaseExp, cancelAt, infraAt *int64
@@ -33,7 +34,7 @@ func scanJob(r pgx.Row) (pipeline.Job, error) {
 		&j.Version, &j.Queue, &status, &statusAt, &createdAt, &updatedAt, &j.Attempts, &nextRun,
 		&attemptID, &owner, &leaseExp, &j.Stage, &j.UnitsTotal, &j.UnitsDone, &errClass,
 		&j.LastErrorCode, &j.LastErrorMessage, &requiresAction, &cancelAt, &resultKey, &j.WebhookURL,
-		&j.InfraFailures, &infraAt, &decision, &j.Decision.Operator, &j.Decision.Reason, &decidedAt, &j.InstanceID)
+		&j.InfraFailures, &infraAt, &decision, &j.Decision.Operator, &j.Decision.Reason, &decidedAt, &j.InstanceID, &traceParent)
 	if err != nil {
 		return pipeline.Job{}, translate(err)
 	}
@@ -46,6 +47,7 @@ func scanJob(r pgx.Row) (pipeline.Job, error) {
 	j.NextRunAt, j.LeaseExpiresAt, j.CancelRequestedAt = timeOf(nextRun), timeOf(leaseExp), timeOf(cancelAt)
 	j.InfraSince = timeOf(infraAt)
 	j.AttemptID, j.LeaseOwner, j.ResultKey = str(attemptID), str(owner), str(resultKey)
+	j.TraceParent = str(traceParent)
 	j.LastErrorClass = pipeline.ErrorClass(errClass)
 	j.RequiresAction = requiresAction == 1
 	j.Decision.Kind, j.Decision.At = pipeline.ReviewDecision(decision), timeOf(decidedAt)
@@ -164,8 +166,8 @@ func validateNewJob(nj pipeline.NewJob) error {
 // as storage/sqlite does.
 const qCreateQueued = `WITH ins AS (
 	INSERT INTO jobs (id, tenant, operation, idempotency_key, request_fingerprint, input_json, workflow_version,
-		queue, status, status_changed_at, created_at, updated_at, webhook_url, instance_id)
-	SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $9, $9, $10, $12
+		queue, status, status_changed_at, created_at, updated_at, webhook_url, instance_id, trace_parent)
+	SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $9, $9, $10, $12, $13
 	WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE tenant = $2 AND instance_id = $12)
 	ON CONFLICT (tenant, operation, idempotency_key) DO NOTHING
 	RETURNING id),
@@ -184,7 +186,7 @@ func createdDetail(nj pipeline.NewJob) string {
 
 func queuedArgs(nj pipeline.NewJob, now int64) []any {
 	return []any{nj.ID, nj.Tenant, nj.Operation, nj.IdempotencyKey, nj.RequestFingerprint, string(nj.Input),
-		nj.Version, nj.Queue, now, nj.WebhookURL, createdDetail(nj), nj.InstanceID}
+		nj.Version, nj.Queue, now, nj.WebhookURL, createdDetail(nj), nj.InstanceID, nullString(nj.TraceParent)}
 }
 
 // createJobTx inserts one job inside tx.
@@ -239,13 +241,13 @@ func (s *Store) createDeadLetteredTx(ctx context.Context, tx pgx.Tx, now int64, 
 	var id string
 	err := tx.QueryRow(ctx, `INSERT INTO jobs (id, tenant, operation, idempotency_key, request_fingerprint,
 		input_json, workflow_version, queue, status, status_changed_at, created_at, updated_at, webhook_url,
-		last_error_class, last_error_code, last_error_message, requires_action, instance_id)
-		SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'dead_lettered', $9, $9, $9, $10, $11, $12, $13, 1, $14
+		last_error_class, last_error_code, last_error_message, requires_action, instance_id, trace_parent)
+		SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'dead_lettered', $9, $9, $9, $10, $11, $12, $13, 1, $14, $15
 		WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE tenant = $2 AND instance_id = $14)
 		ON CONFLICT (tenant, operation, idempotency_key) DO NOTHING RETURNING id`,
 		nj.ID, nj.Tenant, nj.Operation, nj.IdempotencyKey, nj.RequestFingerprint, string(nj.Input),
 		nj.Version, nj.Queue, now, nj.WebhookURL,
-		pipeline.DeadLetterClass(nj.DeadLetterReason), nj.DeadLetterReason, pipeline.DeadLetterMessage(nj.DeadLetterReason), nj.InstanceID).Scan(&id)
+		pipeline.DeadLetterClass(nj.DeadLetterReason), nj.DeadLetterReason, pipeline.DeadLetterMessage(nj.DeadLetterReason), nj.InstanceID, nullString(nj.TraceParent)).Scan(&id)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return notInserted(ctx, tx, nj)
@@ -294,7 +296,7 @@ func builtJob(nj pipeline.NewJob, now int64) pipeline.Job {
 	t := fromMS(now)
 	return pipeline.Job{ID: nj.ID, InstanceID: nj.InstanceID, Tenant: nj.Tenant, Operation: nj.Operation, IdempotencyKey: nj.IdempotencyKey,
 		RequestFingerprint: nj.RequestFingerprint, Input: nj.Input, Version: nj.Version, Queue: nj.Queue, Status: status,
-		StatusChangedAt: t, CreatedAt: t, UpdatedAt: t, WebhookURL: nj.WebhookURL,
+		StatusChangedAt: t, CreatedAt: t, UpdatedAt: t, WebhookURL: nj.WebhookURL, TraceParent: nj.TraceParent,
 		LastErrorClass: pipeline.ErrorClass(pipeline.DeadLetterClass(nj.DeadLetterReason)), LastErrorCode: nj.DeadLetterReason,
 		LastErrorMessage: pipeline.DeadLetterMessage(nj.DeadLetterReason), RequiresAction: nj.DeadLetterReason != ""}
 }

@@ -16,7 +16,7 @@ const jobColumns = `id, tenant, operation, idempotency_key, request_fingerprint,
 	workflow_version, queue, status, status_changed_at, created_at, updated_at, attempts, next_run_at,
 	attempt_id, lease_owner, lease_expires_at, stage, units_total, units_done, last_error_class,
 	last_error_code, last_error_message, requires_action, cancel_requested_at, result_key, webhook_url,
-	infra_failures, infra_since, decision, decided_by, decision_reason, decided_at, instance_id`
+	infra_failures, infra_since, decision, decided_by, decision_reason, decided_at, instance_id, trace_parent`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -24,6 +24,7 @@ func scanJob(r rowScanner) (pipeline.Job, error) {
 	var (
 		j                                    pipeline.Job
 		frozen, attemptID, owner, resultKey  sql.NullString
+		traceParent                          sql.NullString
 		status, errClass                     string
 		statusAt, createdAt, updatedAt       int64
 		nextRun, leaseExp, cancelAt, infraAt sql.NullInt64
@@ -36,7 +37,7 @@ func scanJob(r rowScanner) (pipeline.Job, error) {
 		&j.Version, &j.Queue, &status, &statusAt, &createdAt, &updatedAt, &j.Attempts, &nextRun,
 		&attemptID, &owner, &leaseExp, &j.Stage, &j.UnitsTotal, &j.UnitsDone, &errClass,
 		&j.LastErrorCode, &j.LastErrorMessage, &requiresAction, &cancelAt, &resultKey, &j.WebhookURL,
-		&j.InfraFailures, &infraAt, &decision, &j.Decision.Operator, &j.Decision.Reason, &decidedAt, &j.InstanceID)
+		&j.InfraFailures, &infraAt, &decision, &j.Decision.Operator, &j.Decision.Reason, &decidedAt, &j.InstanceID, &traceParent)
 	if err != nil {
 		return pipeline.Job{}, translate(err)
 	}
@@ -49,6 +50,7 @@ func scanJob(r rowScanner) (pipeline.Job, error) {
 	j.NextRunAt, j.LeaseExpiresAt, j.CancelRequestedAt = timeOf(nextRun), timeOf(leaseExp), timeOf(cancelAt)
 	j.InfraSince = timeOf(infraAt)
 	j.AttemptID, j.LeaseOwner, j.ResultKey = attemptID.String, owner.String, resultKey.String
+	j.TraceParent = traceParent.String
 	j.LastErrorClass = pipeline.ErrorClass(errClass)
 	j.RequiresAction = requiresAction == 1
 	j.Decision.Kind, j.Decision.At = pipeline.ReviewDecision(decision), timeOf(decidedAt)
@@ -133,11 +135,12 @@ func (s *Store) createJobTx(ctx context.Context, tx *wtx, now int64, nj pipeline
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO jobs (id, instance_id, tenant, operation, idempotency_key, request_fingerprint,
 		input_json, workflow_version, queue, status, status_changed_at, created_at, updated_at, webhook_url,
-		last_error_class, last_error_code, last_error_message, requires_action)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		last_error_class, last_error_code, last_error_message, requires_action, trace_parent)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		nj.ID, nj.InstanceID, nj.Tenant, nj.Operation, nj.IdempotencyKey, nj.RequestFingerprint, string(nj.Input),
 		nj.Version, nj.Queue, status, now, now, now, nj.WebhookURL,
-		pipeline.DeadLetterClass(nj.DeadLetterReason), nj.DeadLetterReason, pipeline.DeadLetterMessage(nj.DeadLetterReason), boolInt(nj.DeadLetterReason != ""))
+		pipeline.DeadLetterClass(nj.DeadLetterReason), nj.DeadLetterReason, pipeline.DeadLetterMessage(nj.DeadLetterReason), boolInt(nj.DeadLetterReason != ""),
+		nullString(nj.TraceParent))
 	if err != nil {
 		return job, false, insertJobError(err, nj)
 	}
@@ -167,7 +170,7 @@ func (s *Store) createJobTx(ctx context.Context, tx *wtx, now int64, nj pipeline
 	t := fromMS(now)
 	job = pipeline.Job{ID: nj.ID, InstanceID: nj.InstanceID, Tenant: nj.Tenant, Operation: nj.Operation, IdempotencyKey: nj.IdempotencyKey,
 		RequestFingerprint: nj.RequestFingerprint, Input: nj.Input, Version: nj.Version, Queue: nj.Queue, Status: status,
-		StatusChangedAt: t, CreatedAt: t, UpdatedAt: t, WebhookURL: nj.WebhookURL,
+		StatusChangedAt: t, CreatedAt: t, UpdatedAt: t, WebhookURL: nj.WebhookURL, TraceParent: nj.TraceParent,
 		LastErrorClass: pipeline.ErrorClass(pipeline.DeadLetterClass(nj.DeadLetterReason)), LastErrorCode: nj.DeadLetterReason, LastErrorMessage: pipeline.DeadLetterMessage(nj.DeadLetterReason), RequiresAction: nj.DeadLetterReason != ""}
 	return job, true, nil
 }

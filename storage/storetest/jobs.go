@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	"edgepipe/pipeline"
 )
@@ -57,6 +58,48 @@ func testCreateJobInput(t *testing.T, h *Harness) {
 		j, err := s.GetJob(ctx, id)
 		if err != nil || string(j.Input) != want {
 			t.Errorf("%s: input %s, %v; want %s", id, j.Input, err, want)
+		}
+	}
+}
+
+// CreateJob keeps the submission's traceparent on the job, as every read
+// returns it (the created job, GetJob, the claim an attempt starts from),
+// for a queued and a dead-lettered job alike; none stays empty.
+func testCreateJobTraceParent(t *testing.T, h *Harness) {
+	t.Parallel()
+	ctx := context.Background()
+	s := h.open(t, pipeline.NewManualClock(t0))
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	tests := []struct {
+		name, id, traceParent string
+		deadLettered          bool
+	}{
+		{"queued", "v1-tp", tp, false},
+		{"none", "v1-notp", "", false},
+		{"dead-lettered", "v1-tpdl", tp, true},
+	}
+	for _, tt := range tests {
+		nj := newJob(tt.id)
+		nj.TraceParent = tt.traceParent
+		if tt.deadLettered {
+			nj.Queue, nj.DeadLetterReason, nj.DeadLetterQueue = "", pipeline.ReasonUnboundVersion, "render-v1"
+		}
+		created := mustCreate(t, s, nj)
+		got, err := s.GetJob(ctx, tt.id)
+		if err != nil {
+			t.Fatalf("%s: get: %v", tt.name, err)
+		}
+		if created.TraceParent != tt.traceParent || got.TraceParent != tt.traceParent {
+			t.Errorf("%s: created %q, stored %q; want %q", tt.name, created.TraceParent, got.TraceParent, tt.traceParent)
+		}
+	}
+	cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w1", Max: 2, LeaseFor: time.Minute})
+	if err != nil || len(cs) != 2 {
+		t.Fatalf("fetch: %d claims, %v; want 2", len(cs), err)
+	}
+	for _, c := range cs {
+		if want := map[string]string{"v1-tp": tp}[c.Job.ID]; c.Job.TraceParent != want {
+			t.Errorf("claimed %s with traceparent %q, want %q", c.Job.ID, c.Job.TraceParent, want)
 		}
 	}
 }

@@ -26,6 +26,7 @@ var suite = []struct {
 	{"DuplicateMessagesMerge", testDuplicateMessagesMerge},
 	{"CreateJobsBatch", testCreateJobsBatch},
 	{"CreateJobInput", testCreateJobInput},
+	{"CreateJobTraceParent", testCreateJobTraceParent},
 	{"CloseAnswersSubmissions", testCloseAnswersSubmissions},
 	{"AbandonVersusNewClaimInterleavings", testAbandonVersusNewClaimInterleavings},
 	{"ClaimForSweep", testClaimForSweep},
