@@ -79,7 +79,11 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 const tracingShutdownTimeout = 5 * time.Second
 
 // Close releases the stores and the in-process fake providers, and flushes
-// and stops the TracerProvider.
+// and stops the TracerProvider. It runs when the caller's context may be
+// over (a stopping process), so the flush has a context of its own, bounded
+// by tracingShutdownTimeout.
+//
+//nolint:contextcheck // the caller's context is usually done by now; see above
 func (a *App) Close() error {
 	var errs []error
 	if a.tracing.shutdown != nil {
