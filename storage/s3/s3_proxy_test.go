@@ -149,6 +149,10 @@ func r2NoTagging(w http.ResponseWriter, r *http.Request, op string) bool {
 // the stored one unless storedCRC overrides it.
 type fakeS3 struct {
 	storedCRC string
+	// untypedComposite answers a completion with a composite checksum
+	// ("...-3") and no ChecksumType, as a server without FULL_OBJECT
+	// support may.
+	untypedComposite bool
 }
 
 func (f fakeS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -166,6 +170,10 @@ func (f fakeS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("ETag", `"`+r.URL.Query().Get("partNumber")+`"`)
 		w.Header().Set("X-Amz-Checksum-Crc64nvme", r.Header.Get("X-Amz-Checksum-Crc64nvme"))
 	case "CompleteMultipartUpload":
+		if f.untypedComposite {
+			fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><CompleteMultipartUploadResult><Bucket>b</Bucket><Key>k</Key><ETag>"e-3"</ETag><ChecksumCRC64NVME>%s-3</ChecksumCRC64NVME></CompleteMultipartUploadResult>`, crc)
+			return
+		}
 		fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><CompleteMultipartUploadResult><Bucket>b</Bucket><Key>k</Key><ETag>"e-3"</ETag><ChecksumCRC64NVME>%s</ChecksumCRC64NVME><ChecksumType>FULL_OBJECT</ChecksumType></CompleteMultipartUploadResult>`, crc)
 	case "PutObject":
 		w.Header().Set("ETag", `"e"`)
@@ -336,6 +344,26 @@ func TestStoredChecksumMismatch(t *testing.T) {
 				t.Errorf("%d DeleteObject requests, want 1", n)
 			}
 		})
+	}
+}
+
+// TestUntypedCompositeChecksumIsNotAMismatch: a completion that reports a
+// composite checksum ("...-N") without saying its type is not a full-object
+// checksum to compare: the put succeeds, reports no CRC64NVME, and the
+// object it stored is not deleted.
+func TestUntypedCompositeChecksumIsNotAMismatch(t *testing.T) {
+	t.Parallel()
+	p := newS3Proxy(t, fakeS3{untypedComposite: true}, nil)
+	s := proxiedStore(t, p.URL, nil)
+	info, err := s.Put(t.Context(), "k", storagetest.Stream(5, multipartSize), pipeline.PutOptions{})
+	if err != nil {
+		t.Fatalf("Put = %v, want success", err)
+	}
+	if info.CRC64NVME != "" {
+		t.Errorf("Put CRC64NVME = %q, want none (the server reported a composite checksum)", info.CRC64NVME)
+	}
+	if n := len(p.ops("DeleteObject")); n != 0 {
+		t.Errorf("%d DeleteObject requests, want none", n)
 	}
 }
 
