@@ -71,8 +71,9 @@ func s3Op(r *http.Request) string {
 
 // seenReq is what the proxy recorded of one request.
 type seenReq struct {
-	op          string
-	ifNoneMatch string
+	op           string
+	ifNoneMatch  string
+	checksumType string // x-amz-checksum-type
 }
 
 // s3Proxy records every request and lets answer take over any of them;
@@ -89,7 +90,7 @@ func newS3Proxy(t *testing.T, next http.Handler, answer func(w http.ResponseWrit
 	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		op := s3Op(r)
 		p.mu.Lock()
-		p.seen = append(p.seen, seenReq{op: op, ifNoneMatch: r.Header.Get("If-None-Match")})
+		p.seen = append(p.seen, seenReq{op: op, ifNoneMatch: r.Header.Get("If-None-Match"), checksumType: r.Header.Get("X-Amz-Checksum-Type")})
 		p.mu.Unlock()
 		if answer != nil && answer(w, r, op) {
 			return
@@ -312,6 +313,12 @@ func TestIfNoneMatchOnCreate(t *testing.T) {
 				if len(reqs) != 1 || reqs[0].ifNoneMatch != want {
 					t.Errorf("%s: %+v, want one with If-None-Match %q", op, reqs, want)
 				}
+			}
+			// The upload asks for a full-object checksum, the only kind
+			// every server keeps for a multipart object (and the only one
+			// Head reports as the object's digest).
+			if create := p.ops("CreateMultipartUpload"); len(create) != 1 || create[0].checksumType != "FULL_OBJECT" {
+				t.Errorf("CreateMultipartUpload: %+v, want x-amz-checksum-type FULL_OBJECT", create)
 			}
 			parts := p.ops("UploadPart")
 			if len(parts) != 3 {
