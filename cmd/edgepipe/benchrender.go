@@ -94,7 +94,7 @@ func benchRenderTo(ctx context.Context, args []string, w io.Writer) error {
 
 // endToEnd submits the storyboards over HTTP and waits until every job
 // succeeded; the time runs from the first submission to the last success.
-func (b *renderBench) endToEnd(ctx context.Context) (time.Duration, error) {
+func (b *renderBench) endToEnd(ctx context.Context) (_ time.Duration, err error) {
 	env := map[string]string{
 		"EDGEPIPE_DATA_DIR": filepath.Join(b.dir, "data"), "EDGEPIPE_ADDR": "127.0.0.1:0",
 		"EDGEPIPE_WORKERS": strconv.Itoa(b.workers), "EDGEPIPE_TOKENS": benchAPIToken + ":bench",
@@ -118,7 +118,14 @@ func (b *renderBench) endToEnd(ctx context.Context) (time.Duration, error) {
 	runCtx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)
 	go func() { ran <- parts.Run(runCtx, log, 30*time.Second) }()
-	defer func() { stop(); <-ran }()
+	defer func() {
+		// The deployment's own failure (a service that did not start or
+		// stop) is the bench's error unless it already has one.
+		stop()
+		if rerr := <-ran; rerr != nil && err == nil {
+			err = fmt.Errorf("bench render: the deployment: %w", rerr)
+		}
+	}()
 	c, err := client.New(client.Config{BaseURL: "http://" + parts.Listener.Addr().String(), Token: benchAPIToken})
 	if err != nil {
 		return 0, err
