@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -343,4 +344,31 @@ func mustNormalize(t *testing.T, sb pipeline.Storyboard) pipeline.Storyboard {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// A clip's panic, carried back to the attempt, is recorded as the attempt's
+// panic (the event) and logged with the stack of the clip's goroutine,
+// where the bug is, not only the attempt's.
+func TestApplyClipPanicKeepsItsStack(t *testing.T) {
+	t.Parallel()
+	gr := newGatedRenderer()
+	gr.panicScene = 2
+	var buf syncBuffer
+	h := newHarness(t, withRenderers(func(context.Context, int, int, int) (pipeline.Renderer, error) { return gr, nil }),
+		withConfig(func(ec *pipeline.EngineConfig) {
+			ec.ClipConcurrency = 4
+			ec.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelError}))
+		}))
+	const id = "v1-clippanic"
+	h.submit(id, fourScenes())
+	if _, o := runOnce(t, h); o.ErrorCode != "internal_panic" {
+		t.Fatalf("outcome %+v, want internal_panic", o)
+	}
+	if len(unitEvents(t, h, id, pipeline.EventAttemptPanicked)) == 0 {
+		t.Fatal("no attempt_panicked event")
+	}
+	out := buf.String()
+	if !strings.Contains(out, "renderer bug") || !strings.Contains(out, "gatedRenderer).SceneFromImage") {
+		t.Fatalf("log %q lacks the panic and the clip goroutine's stack", out)
+	}
 }

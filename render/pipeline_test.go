@@ -66,9 +66,16 @@ func TestFactoryChecksBinariesOnceAtStartUp(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%dx%d@%d: %v", g.w, g.h, g.fps, err)
 		}
-		c := r.(*Renderer).Config()
+		rr := r.(*Renderer)
+		c := rr.Config()
 		if c.Width != g.w || c.Height != g.h || c.FPS != g.fps || c.FFmpegPath != base.Config().FFmpegPath {
 			t.Fatalf("renderer for %dx%d@%d has config %+v", g.w, g.h, g.fps, c)
+		}
+		// The versions New read go into every clip fingerprint: a
+		// renderer without them would let clips of another ffmpeg build
+		// be reused.
+		if fm, fp := rr.Versions(); fm != "ffmpeg version 9.9-fake" || fp != "ffprobe version 9.9-fake" || rr.log != base.log {
+			t.Fatalf("renderer for %dx%d@%d: versions %q, %q, logger kept %v", g.w, g.h, g.fps, fm, fp, rr.log == base.log)
 		}
 		if first == nil {
 			first = r

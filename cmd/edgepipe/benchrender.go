@@ -118,7 +118,14 @@ func (b *renderBench) endToEnd(ctx context.Context) (_ time.Duration, err error)
 	runCtx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)
 	go func() { ran <- parts.Run(runCtx, log, 30*time.Second) }()
-	defer func() { stop(); err = errors.Join(err, <-ran) }()
+	defer func() {
+		// The deployment's own failure (a service that did not start or
+		// stop) is the bench's error unless it already has one.
+		stop()
+		if rerr := <-ran; rerr != nil && err == nil {
+			err = fmt.Errorf("bench render: the deployment: %w", rerr)
+		}
+	}()
 	c, err := client.New(client.Config{BaseURL: "http://" + parts.Listener.Addr().String(), Token: benchAPIToken})
 	if err != nil {
 		return 0, err

@@ -575,15 +575,19 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts pipeline.
 		return pipeline.ObjectInfo{}, fmt.Errorf("s3: put %s: uploader finished before the end of the stream", key)
 	}
 	info := pipeline.ObjectInfo{Key: key, Size: src.n, ContentType: ct, SHA256: src.sum(), LastModified: time.Now()}
-	if stored := aws.ToString(out.ChecksumCRC64NVME); stored != "" && out.ChecksumType != tmtypes.ChecksumTypeComposite {
+	// crcHex keeps only a full-object checksum: a composite one ("...-N",
+	// also when the server does not name its type) is no digest of the
+	// bytes and cannot be compared with ours.
+	if stored := crcHex(out.ChecksumCRC64NVME, types.ChecksumType(out.ChecksumType)); stored != "" {
 		// The server names the checksum of what it stored: it must be the
 		// one of the bytes we hashed. It checked ours already, so this
 		// only fails on a server that ignores the checksum it was sent.
-		if stored != *crc {
+		sent := hex.EncodeToString(binary.BigEndian.AppendUint64(nil, src.crc.Sum64()))
+		if stored != sent {
 			s.deleteBad(ctx, key)
-			return pipeline.ObjectInfo{}, fmt.Errorf("s3: put %s: the server stored an object with CRC64NVME %s, the bytes sent have %s", key, stored, *crc)
+			return pipeline.ObjectInfo{}, fmt.Errorf("s3: put %s: the server stored an object with CRC64NVME %s, the bytes sent have %s", key, stored, sent)
 		}
-		info.CRC64NVME = hex.EncodeToString(binary.BigEndian.AppendUint64(nil, src.crc.Sum64()))
+		info.CRC64NVME = sent
 	}
 	if aws.ToString(out.UploadID) != "" {
 		s.tagDigest(ctx, key, info, aws.ToString(out.ETag))

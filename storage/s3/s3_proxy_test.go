@@ -71,8 +71,9 @@ func s3Op(r *http.Request) string {
 
 // seenReq is what the proxy recorded of one request.
 type seenReq struct {
-	op          string
-	ifNoneMatch string
+	op           string
+	ifNoneMatch  string
+	checksumType string // x-amz-checksum-type
 }
 
 // s3Proxy records every request and lets answer take over any of them;
@@ -89,7 +90,7 @@ func newS3Proxy(t *testing.T, next http.Handler, answer func(w http.ResponseWrit
 	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		op := s3Op(r)
 		p.mu.Lock()
-		p.seen = append(p.seen, seenReq{op: op, ifNoneMatch: r.Header.Get("If-None-Match")})
+		p.seen = append(p.seen, seenReq{op: op, ifNoneMatch: r.Header.Get("If-None-Match"), checksumType: r.Header.Get("X-Amz-Checksum-Type")})
 		p.mu.Unlock()
 		if answer != nil && answer(w, r, op) {
 			return
@@ -149,6 +150,10 @@ func r2NoTagging(w http.ResponseWriter, r *http.Request, op string) bool {
 // the stored one unless storedCRC overrides it.
 type fakeS3 struct {
 	storedCRC string
+	// untypedComposite answers a completion with a composite checksum
+	// ("...-3") and no ChecksumType, as a server without FULL_OBJECT
+	// support may.
+	untypedComposite bool
 }
 
 func (f fakeS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -166,6 +171,10 @@ func (f fakeS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("ETag", `"`+r.URL.Query().Get("partNumber")+`"`)
 		w.Header().Set("X-Amz-Checksum-Crc64nvme", r.Header.Get("X-Amz-Checksum-Crc64nvme"))
 	case "CompleteMultipartUpload":
+		if f.untypedComposite {
+			fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><CompleteMultipartUploadResult><Bucket>b</Bucket><Key>k</Key><ETag>"e-3"</ETag><ChecksumCRC64NVME>%s-3</ChecksumCRC64NVME></CompleteMultipartUploadResult>`, crc)
+			return
+		}
 		fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><CompleteMultipartUploadResult><Bucket>b</Bucket><Key>k</Key><ETag>"e-3"</ETag><ChecksumCRC64NVME>%s</ChecksumCRC64NVME><ChecksumType>FULL_OBJECT</ChecksumType></CompleteMultipartUploadResult>`, crc)
 	case "PutObject":
 		w.Header().Set("ETag", `"e"`)
@@ -305,6 +314,12 @@ func TestIfNoneMatchOnCreate(t *testing.T) {
 					t.Errorf("%s: %+v, want one with If-None-Match %q", op, reqs, want)
 				}
 			}
+			// The upload asks for a full-object checksum, the only kind
+			// every server keeps for a multipart object (and the only one
+			// Head reports as the object's digest).
+			if create := p.ops("CreateMultipartUpload"); len(create) != 1 || create[0].checksumType != "FULL_OBJECT" {
+				t.Errorf("CreateMultipartUpload: %+v, want x-amz-checksum-type FULL_OBJECT", create)
+			}
 			parts := p.ops("UploadPart")
 			if len(parts) != 3 {
 				t.Errorf("%d parts, want 3", len(parts))
@@ -336,6 +351,26 @@ func TestStoredChecksumMismatch(t *testing.T) {
 				t.Errorf("%d DeleteObject requests, want 1", n)
 			}
 		})
+	}
+}
+
+// TestUntypedCompositeChecksumIsNotAMismatch: a completion that reports a
+// composite checksum ("...-N") without saying its type is not a full-object
+// checksum to compare: the put succeeds, reports no CRC64NVME, and the
+// object it stored is not deleted.
+func TestUntypedCompositeChecksumIsNotAMismatch(t *testing.T) {
+	t.Parallel()
+	p := newS3Proxy(t, fakeS3{untypedComposite: true}, nil)
+	s := proxiedStore(t, p.URL, nil)
+	info, err := s.Put(t.Context(), "k", storagetest.Stream(5, multipartSize), pipeline.PutOptions{})
+	if err != nil {
+		t.Fatalf("Put = %v, want success", err)
+	}
+	if info.CRC64NVME != "" {
+		t.Errorf("Put CRC64NVME = %q, want none (the server reported a composite checksum)", info.CRC64NVME)
+	}
+	if n := len(p.ops("DeleteObject")); n != 0 {
+		t.Errorf("%d DeleteObject requests, want none", n)
 	}
 }
 
