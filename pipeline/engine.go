@@ -186,9 +186,11 @@ func (c EngineConfig) Validate() error {
 const DefaultUnitConcurrency = 4
 
 // DefaultClipConcurrency is how many clips of one job are rendered at once
-// unless configured (EDGEPIPE_CLIP_CONCURRENCY): the machine's cores, as
-// each ffmpeg process keeps about one busy.
-func DefaultClipConcurrency() int { return runtime.NumCPU() }
+// unless configured (EDGEPIPE_CLIP_CONCURRENCY): the CPUs this process may
+// use (GOMAXPROCS, which follows a container's CPU limit), at most 64.
+// Fewer clips than CPUs leave cores idle while short clips start and end;
+// libx264 threads inside each process use the rest.
+func DefaultClipConcurrency() int { return min(runtime.GOMAXPROCS(0), 64) }
 
 // Engine runs one attempt of a job through the four stages.
 type Engine struct {

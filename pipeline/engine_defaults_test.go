@@ -28,7 +28,7 @@ func TestEngineConfigDefaults(t *testing.T) {
 		want any
 	}{
 		{"unit concurrency", c.UnitConcurrency, 4},
-		{"clip concurrency", c.ClipConcurrency, runtime.NumCPU()},
+		{"clip concurrency", c.ClipConcurrency, min(runtime.GOMAXPROCS(0), 64)},
 		{"temp dir", c.TempDir, os.TempDir()},
 		{"video poll interval", c.VideoPollInterval, 100 * time.Millisecond},
 		{"video timeout", c.VideoTimeout, 10 * time.Minute},

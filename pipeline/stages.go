@@ -76,6 +76,9 @@ func apply(ctx context.Context, d ApplyDeps, a *attempt) ([]string, error) {
 					err = errClipPanicked
 				}
 			}()
+			if err := gctx.Err(); err != nil {
+				return err // a sibling failed: no download, no ffmpeg
+			}
 			clips[i], err = applyScene(gctx, d, a, i, aligned[i])
 			return err
 		})

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -285,7 +284,7 @@ func copyObject(ctx context.Context, objs pipeline.ObjectStore, key, path string
 func renderByHand(ctx context.Context, r *render.Renderer, media [][2]string, ms []int, dir string) error {
 	clips := make([]string, len(media))
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(runtime.NumCPU())
+	g.SetLimit(pipeline.DefaultClipConcurrency()) // as edgepipe renders them
 	for s, m := range media {
 		clips[s] = filepath.Join(dir, fmt.Sprintf("clip%03d.mov", s))
 		g.Go(func() error { return r.SceneFromImage(gctx, m[0], m[1], ms[s], "", clips[s]) })
