@@ -258,8 +258,15 @@ func (r *Renderer) writeConcatList(clipPaths []string) (string, error) {
 // checkClips probes every clip (without decoding) and verifies that all of
 // them have this renderer's parameters and the same stream layout and H.264
 // headers as the first, so a stream copy is valid. It returns the summed
-// video duration.
+// video duration. When every clip is one this renderer made and its file is
+// unchanged since, nothing is probed: the clip command fixed all of that,
+// and only the caption track (present or not) can differ between clips.
 func (r *Renderer) checkClips(ctx context.Context, clipPaths []string) (time.Duration, error) {
+	if r.made != nil {
+		if known, ok := r.made.take(clipPaths); ok {
+			return r.checkMade(known)
+		}
+	}
 	probes := make([]ProbeResult, len(clipPaths))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(r.cfg.ProbeConcurrency)
@@ -292,6 +299,25 @@ func (r *Renderer) checkClips(ctx context.Context, clipPaths []string) (time.Dur
 			return 0, err
 		}
 		total += d
+	}
+	return total, nil
+}
+
+// checkMade is checkClips for clips this renderer made: their layouts must
+// agree (all captioned or none), and their durations are their frame counts.
+func (r *Renderer) checkMade(clips []madeClip) (time.Duration, error) {
+	madeLayout := func(c madeClip) string {
+		if c.captioned {
+			return "video:h264,audio:pcm_s16le,subtitle:mov_text"
+		}
+		return "video:h264,audio:pcm_s16le"
+	}
+	var total time.Duration
+	for i, c := range clips {
+		if c.captioned != clips[0].captioned {
+			return 0, &ClipMismatchError{Index: i, Field: "stream layout", Want: madeLayout(clips[0]), Got: madeLayout(c)}
+		}
+		total += clipDuration(c.frames, r.cfg.FPS)
 	}
 	return total, nil
 }

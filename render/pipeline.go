@@ -56,5 +56,6 @@ func (r *Renderer) withGeometry(width, height, fps int) (*Renderer, error) {
 	}
 	g := *r // the checked binaries, their versions, the logger and tracer
 	g.cfg = cfg
+	g.made = newMadeClips() // a clip of another geometry is not one of these
 	return &g, nil
 }

@@ -717,3 +717,119 @@ func TestProbeTargets(t *testing.T) {
 		t.Fatalf("want an error without the signature, got %v", err)
 	}
 }
+
+// countingFFprobe is an ffprobe that appends a line to the returned count
+// file each time it runs, then runs the real one.
+func countingFFprobe(t *testing.T) (path string, count func() int) {
+	t.Helper()
+	real, err := exec.LookPath("ffprobe")
+	if err != nil {
+		t.Skip("no ffprobe")
+	}
+	dir := t.TempDir()
+	log := filepath.Join(dir, "runs")
+	path = filepath.Join(dir, "ffprobe")
+	script := fmt.Sprintf("#!/bin/sh\necho run >> '%s'\nexec '%s' \"$@\"\n", log, real)
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path, func() int {
+		b, err := os.ReadFile(log)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+		return bytes.Count(b, []byte("run\n"))
+	}
+}
+
+// TestJoinTrustsClipsItMade: a join of clips this renderer just made runs
+// no ffprobe and reports the same duration a probed join does; a clip that
+// changed since, was replaced, or was already joined once is probed; and
+// clips with and without captions are still refused without a probe.
+func TestJoinTrustsClipsItMade(t *testing.T) {
+	needFFmpeg(t)
+	t.Parallel()
+	ffprobe, probes := countingFFprobe(t)
+	r := newTestRenderer(t, func(c *Config) { c.FFprobePath = ffprobe })
+	storyboard := []int{700, 433, 900}
+	dir := t.TempDir()
+	ctx := context.Background()
+
+	t.Run("unchanged clips are not probed", func(t *testing.T) {
+		clips := buildClips(t, r, filepath.Join(dir), storyboard, true)
+		before := probes()
+		trusted := joinToFile(t, r, clips, filepath.Join(dir, "trusted.mp4"))
+		if n := probes() - before; n != 0 {
+			t.Fatalf("join of clips it made ran ffprobe %d times", n)
+		}
+		checkRender(t, r, filepath.Join(dir, "trusted.mp4"), trusted, storyboard, true)
+		// Joined once: a second join (a retry) probes them, and must agree.
+		before = probes()
+		probed := joinToFile(t, r, clips, filepath.Join(dir, "probed.mp4"))
+		if n := probes() - before; n != len(clips) {
+			t.Fatalf("second join probed %d clips, want %d", n, len(clips))
+		}
+		if trusted.Duration != probed.Duration || trusted.SHA256 != probed.SHA256 {
+			t.Fatalf("trusted join %v %s, probed join %v %s", trusted.Duration, trusted.SHA256, probed.Duration, probed.SHA256)
+		}
+	})
+	changes := []struct {
+		name   string
+		change func(t *testing.T, clip, other string)
+	}{
+		{"touched", func(t *testing.T, clip, _ string) {
+			later := time.Now().Add(time.Hour)
+			if err := os.Chtimes(clip, later, later); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"replaced", func(t *testing.T, clip, other string) {
+			if err := os.Rename(other, clip); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for i, c := range changes {
+		t.Run(c.name, func(t *testing.T) {
+			sub := filepath.Join(dir, fmt.Sprintf("change-%d", i))
+			if err := os.Mkdir(sub, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			clips := buildClips(t, r, sub, storyboard, false)
+			other := filepath.Join(sub, "other.mov")
+			if err := r.SceneFromImage(ctx, getFixtures(t).image, "", 433, "", other); err != nil {
+				t.Fatal(err)
+			}
+			c.change(t, clips[1], other)
+			before := probes()
+			joinToFile(t, r, clips, filepath.Join(sub, "out.mp4"))
+			if n := probes() - before; n != len(clips) {
+				t.Fatalf("join after a clip was %s probed %d clips, want %d", c.name, n, len(clips))
+			}
+		})
+	}
+	t.Run("captioned after uncaptioned", func(t *testing.T) {
+		sub := filepath.Join(dir, "mixed")
+		if err := os.Mkdir(sub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		fx := getFixtures(t)
+		plain, captioned := filepath.Join(sub, "plain.mov"), filepath.Join(sub, "captioned.mov")
+		if err := r.SceneFromImage(ctx, fx.image, fx.shortWAV, 400, "", plain); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.SceneFromImage(ctx, fx.image, fx.shortWAV, 400, "captioned", captioned); err != nil {
+			t.Fatal(err)
+		}
+		before := probes()
+		var buf bytes.Buffer
+		_, err := r.Join(ctx, []string{plain, captioned}, &buf)
+		var me *ClipMismatchError
+		if !errors.As(err, &me) || me.Field != "stream layout" || me.Index != 1 || buf.Len() != 0 {
+			t.Fatalf("want a stream layout mismatch at clip 1 and nothing written, got %v (%d bytes)", err, buf.Len())
+		}
+		if n := probes() - before; n != 0 {
+			t.Fatalf("refusing clips it made ran ffprobe %d times", n)
+		}
+	})
+}

@@ -40,6 +40,9 @@ type Renderer struct {
 	tracer         trace.Tracer
 	ffmpegVersion  string
 	ffprobeVersion string
+	// made is what this Renderer knows of the clips it wrote (Join skips
+	// probing them).
+	made *madeClips
 }
 
 // New validates cfg and checks that both binaries exist, run, and (ffmpeg)
@@ -64,7 +67,7 @@ func New(ctx context.Context, cfg Config) (*Renderer, error) {
 	// Keep the resolved paths: a later change of PATH must not swap binaries
 	// under a running service.
 	cfg.FFmpegPath, cfg.FFprobePath = ffmpeg, ffprobe
-	r := &Renderer{cfg: cfg, log: cfg.Logger, tracer: cfg.TracerProvider.Tracer(TracerName), ffmpegVersion: ffmpegVersion, ffprobeVersion: ffprobeVersion}
+	r := &Renderer{cfg: cfg, log: cfg.Logger, tracer: cfg.TracerProvider.Tracer(TracerName), ffmpegVersion: ffmpegVersion, ffprobeVersion: ffprobeVersion, made: newMadeClips()}
 	r.log.Debug("render: ready", "ffmpeg", ffmpeg, "ffmpeg_version", ffmpegVersion,
 		"ffprobe", ffprobe, "size", fmt.Sprintf("%dx%d", cfg.Width, cfg.Height), "fps", cfg.FPS, "sample_rate", cfg.SampleRate)
 	return r, nil

@@ -139,6 +139,9 @@ func (r *Renderer) makeClip(ctx context.Context, op string, visualInput []string
 		return fmt.Errorf("render: %s: %w", op, err)
 	}
 	cleanup = cleanup[:len(cleanup)-1]
+	if r.made != nil {
+		r.made.add(outPath, frames, subInput >= 0)
+	}
 	r.log.Debug("render: clip ready", "op", op, "frames", frames, "duration_ms", clipMs,
 		"requested_ms", durationMs, "captions", subInput >= 0, "took", time.Since(start))
 	return nil
