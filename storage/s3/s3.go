@@ -561,7 +561,10 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts pipeline.
 	client := newUploadClient(s.client, s.cfg.SignPayload, opts.CreateOnly)
 	out, err := s.tm.UploadObject(ctx, in, func(o *transfermanager.Options) { o.S3 = client })
 	if err != nil {
-		if isKeyTaken(err) {
+		// Only a create-only put asked a condition: a 409 on a plain put
+		// is a conflicting concurrent operation (retryable), not a taken
+		// key.
+		if opts.CreateOnly && isKeyTaken(err) {
 			return pipeline.ObjectInfo{}, &pipeline.AlreadyExistsError{Key: key}
 		}
 		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
@@ -570,8 +573,10 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts pipeline.
 		return pipeline.ObjectInfo{}, fmt.Errorf("s3: put %s: %w", key, err)
 	}
 	if !src.eof {
-		// The uploader stopped reading before EOF without an error: it
-		// must not have stored a truncated object under key.
+		// The uploader stopped reading before EOF without an error: what
+		// it stored under key is truncated, and a failed put leaves no
+		// object.
+		s.deleteBad(ctx, key, aws.ToString(out.ETag))
 		return pipeline.ObjectInfo{}, fmt.Errorf("s3: put %s: uploader finished before the end of the stream", key)
 	}
 	info := pipeline.ObjectInfo{Key: key, Size: src.n, ContentType: ct, SHA256: src.sum(), LastModified: time.Now()}
@@ -584,7 +589,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts pipeline.
 		// only fails on a server that ignores the checksum it was sent.
 		sent := hex.EncodeToString(binary.BigEndian.AppendUint64(nil, src.crc.Sum64()))
 		if stored != sent {
-			s.deleteBad(ctx, key)
+			s.deleteBad(ctx, key, aws.ToString(out.ETag))
 			return pipeline.ObjectInfo{}, fmt.Errorf("s3: put %s: the server stored an object with CRC64NVME %s, the bytes sent have %s", key, stored, sent)
 		}
 		info.CRC64NVME = sent
@@ -595,13 +600,29 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts pipeline.
 	return info, nil
 }
 
-// deleteBad removes an object a put just stored with the wrong bytes, on a
-// context that outlives the put's: the put fails, and a failed put leaves no
-// object.
-func (s *Store) deleteBad(ctx context.Context, key string) {
+// deleteBad removes an object a put just stored with the wrong bytes (or
+// too few of them), on a context that outlives the put's: the put fails,
+// and a failed put leaves no object. The delete is conditional on the ETag the put got back, so it
+// never removes what another writer stored under key since; a server that
+// refuses conditional deletes (501, or 400 for an unknown header) gets the
+// plain delete, as before such deletes existed.
+func (s *Store) deleteBad(ctx context.Context, key, etag string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.AbortTimeout)
 	defer cancel()
-	if _, err := s.client.DeleteObject(ctx, &awss3.DeleteObjectInput{Bucket: &s.bucket, Key: aws.String(s.prefix + key)}); err != nil {
+	in := &awss3.DeleteObjectInput{Bucket: &s.bucket, Key: aws.String(s.prefix + key)}
+	if etag != "" {
+		in.IfMatch = aws.String(etag)
+	}
+	_, err := s.client.DeleteObject(ctx, in)
+	if st := httpStatus(err); err != nil && in.IfMatch != nil && (st == http.StatusNotImplemented || st == http.StatusBadRequest) {
+		in.IfMatch = nil
+		_, err = s.client.DeleteObject(ctx, in)
+	}
+	switch {
+	case err == nil:
+	case httpStatus(err) == http.StatusPreconditionFailed:
+		s.log.Warn("s3: an object stored with the wrong bytes was overwritten since; left alone", "key", key)
+	default:
 		s.log.Error("s3: could not delete an object stored with the wrong bytes", "key", key, "err", err)
 	}
 }

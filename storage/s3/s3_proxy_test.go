@@ -73,6 +73,7 @@ func s3Op(r *http.Request) string {
 type seenReq struct {
 	op           string
 	ifNoneMatch  string
+	ifMatch      string
 	checksumType string // x-amz-checksum-type
 }
 
@@ -90,7 +91,7 @@ func newS3Proxy(t *testing.T, next http.Handler, answer func(w http.ResponseWrit
 	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		op := s3Op(r)
 		p.mu.Lock()
-		p.seen = append(p.seen, seenReq{op: op, ifNoneMatch: r.Header.Get("If-None-Match"), checksumType: r.Header.Get("X-Amz-Checksum-Type")})
+		p.seen = append(p.seen, seenReq{op: op, ifNoneMatch: r.Header.Get("If-None-Match"), ifMatch: r.Header.Get("If-Match"), checksumType: r.Header.Get("X-Amz-Checksum-Type")})
 		p.mu.Unlock()
 		if answer != nil && answer(w, r, op) {
 			return
@@ -347,8 +348,59 @@ func TestStoredChecksumMismatch(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), "CRC64NVME") {
 				t.Fatalf("Put = %v, want a checksum mismatch", err)
 			}
-			if n := len(p.ops("DeleteObject")); n != 1 {
-				t.Errorf("%d DeleteObject requests, want 1", n)
+			dels := p.ops("DeleteObject")
+			if len(dels) != 1 {
+				t.Fatalf("%d DeleteObject requests, want 1", len(dels))
+			}
+			// Only the object this put stored: the ETag it got back.
+			want := map[int64]string{smallSize: `"e"`, multipartSize: `"e-3"`}[size]
+			if dels[0].ifMatch != want {
+				t.Errorf("DeleteObject If-Match %q, want %q", dels[0].ifMatch, want)
+			}
+		})
+	}
+	t.Run("conditional delete not implemented", func(t *testing.T) {
+		t.Parallel()
+		p := newS3Proxy(t, fakeS3{storedCRC: crcHeader(1)}, func(w http.ResponseWriter, r *http.Request, op string) bool {
+			if op != "DeleteObject" || r.Header.Get("If-Match") == "" {
+				return false
+			}
+			s3Error(w, r, http.StatusNotImplemented, "NotImplemented")
+			return true
+		})
+		s := proxiedStore(t, p.URL, nil)
+		if _, err := s.Put(t.Context(), "k", storagetest.Stream(3, smallSize), pipeline.PutOptions{}); err == nil {
+			t.Fatal("Put succeeded with a stored checksum mismatch")
+		}
+		dels := p.ops("DeleteObject")
+		if len(dels) != 2 || dels[0].ifMatch == "" || dels[1].ifMatch != "" {
+			t.Fatalf("DeleteObject requests %+v, want a conditional one, then a plain one", dels)
+		}
+	})
+}
+
+// TestConflictOnPlainPut: a put that asked no condition and is answered
+// 409 ConditionalRequestConflict (a concurrent operation on the key) fails
+// as a plain error, not as a taken key: nothing was refused for existing.
+func TestConflictOnPlainPut(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		size int64
+		op   string
+	}{{smallSize, "PutObject"}, {multipartSize, "CompleteMultipartUpload"}} {
+		t.Run(tc.op, func(t *testing.T) {
+			t.Parallel()
+			p := newS3Proxy(t, fakeS3{}, func(w http.ResponseWriter, r *http.Request, op string) bool {
+				if op != tc.op {
+					return false
+				}
+				s3Error(w, r, http.StatusConflict, "ConditionalRequestConflict")
+				return true
+			})
+			s := proxiedStore(t, p.URL, nil)
+			_, err := s.Put(t.Context(), "k", storagetest.Stream(4, tc.size), pipeline.PutOptions{})
+			if err == nil || errors.Is(err, pipeline.ErrAlreadyExists) {
+				t.Fatalf("Put = %v, want a failure that is not ErrAlreadyExists", err)
 			}
 		})
 	}
