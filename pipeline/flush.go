@@ -120,7 +120,8 @@ func (e *Engine) flushAnswer(ctx context.Context, j Job, c ProviderCall, path st
 		if herr != nil {
 			return false, herr
 		}
-		if info.Size != a.SizeBytes || (info.SHA256 != "" && info.SHA256 != a.SHA256) {
+		if info.Size != a.SizeBytes || (info.SHA256 != "" && info.SHA256 != a.SHA256) ||
+			(info.CRC64NVME != "" && info.CRC64NVME != CRC64NVME(body)) {
 			return false, fmt.Errorf("staging key %s holds other content", key)
 		}
 	}

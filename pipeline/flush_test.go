@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"edgepipe/pipeline"
+	"edgepipe/provider/fake"
 )
 
 // spooledCall gives job id a speech call in scene 0 recorded as an intent
@@ -142,16 +143,23 @@ func TestFlushSpoolAdoptsAStagedObjectLeftBehind(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		there   []byte // what the staging key holds
+		crcOnly bool   // the store keeps no SHA-256, only its CRC64NVME (R2, multipart)
 		adopted bool
 	}{
-		{"the same answer", body, true},
-		{"a shorter object", body[:5], false},
-		{"same size, other bytes", bytes.ToUpper(body), false},
+		{"the same answer", body, false, true},
+		{"a shorter object", body[:5], false, false},
+		{"same size, other bytes", bytes.ToUpper(body), false, false},
+		{"the same answer, CRC64NVME only", body, true, true},
+		{"same size, other bytes, CRC64NVME only", bytes.ToUpper(body), true, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			h := newHarness(t)
+			var opts []harnessOpt
+			if c.crcOnly {
+				opts = append(opts, func(ec *pipeline.EngineConfig, _ *fake.Config) { ec.Objects = crcOnlyObjects{ec.Objects} })
+			}
+			h := newHarness(t, opts...)
 			const id = "v1-adopt"
 			_, call, path := h.spooledCall(id, body)
 			key := pipeline.StagingKey("acme", id, 0, pipeline.OpSpeech, call.ID)
@@ -172,4 +180,26 @@ func TestFlushSpoolAdoptsAStagedObjectLeftBehind(t *testing.T) {
 			}
 		})
 	}
+}
+
+// crcOnlyObjects is an object store that, like R2 for a multipart object,
+// keeps no SHA-256 but reports the object's full-object CRC64NVME.
+type crcOnlyObjects struct{ pipeline.ObjectStore }
+
+func (o crcOnlyObjects) Head(ctx context.Context, key string) (pipeline.ObjectInfo, error) {
+	info, err := o.ObjectStore.Head(ctx, key)
+	if err != nil {
+		return info, err
+	}
+	rc, _, err := o.ObjectStore.Get(ctx, key, 0, -1)
+	if err != nil {
+		return info, err
+	}
+	defer rc.Close()
+	body, err := io.ReadAll(rc)
+	if err != nil {
+		return info, err
+	}
+	info.SHA256, info.CRC64NVME = "", pipeline.CRC64NVME(body)
+	return info, nil
 }

@@ -2,8 +2,12 @@ package pipeline
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"io"
 	"time"
+
+	"github.com/minio/crc64nvme"
 )
 
 // ObjectStore is what the pipeline needs from the R2 role. Implementations:
@@ -54,6 +58,14 @@ type ObjectInfo struct {
 	SHA256       string
 	CRC64NVME    string
 	LastModified time.Time
+}
+
+// CRC64NVME is b's CRC-64/NVME checksum spelled as ObjectInfo.CRC64NVME
+// is: 16 lowercase hex digits, most significant byte first.
+func CRC64NVME(b []byte) string {
+	h := crc64nvme.New()
+	_, _ = h.Write(b) // a hash.Hash never fails
+	return hex.EncodeToString(binary.BigEndian.AppendUint64(nil, h.Sum64()))
 }
 
 // AlreadyExistsError is the typed error of a create-only put on a taken key.
