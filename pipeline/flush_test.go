@@ -191,7 +191,7 @@ func (o crcOnlyObjects) Head(ctx context.Context, key string) (pipeline.ObjectIn
 	if err != nil {
 		return info, err
 	}
-	rc, _, err := o.ObjectStore.Get(ctx, key, 0, -1)
+	rc, _, err := o.Get(ctx, key, 0, -1)
 	if err != nil {
 		return info, err
 	}

@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 
 	"edgepipe/internal/app"
 	"edgepipe/storage/s3"
@@ -73,6 +74,12 @@ type uploadResult struct {
 	MiB     int     `json:"mib"`
 	MiBps   float64 `json:"mib_per_s"`
 	PeakRSS int64   `json:"peak_rss_bytes"`
+	// PeakAnon is the high-water mark of the anonymous resident memory
+	// (RssAnon) sampled during the run: what the upload holds, apart from
+	// the executable's mapped pages.
+	PeakAnon int64 `json:"peak_anon_bytes"`
+	// BaseRSS is the resident set just before the upload started.
+	BaseRSS int64 `json:"base_rss_bytes"`
 }
 
 func benchUpload(ctx context.Context, args []string) error {
@@ -93,6 +100,8 @@ func benchUpload(ctx context.Context, args []string) error {
 	}
 	if *only != "" {
 		var r s3.BenchResult
+		base := procStatus("VmRSS")
+		stopSampling := sampleAnon()
 		key := fmt.Sprintf("bench/%s-%d-%d.bin", *only, *mib, os.Getpid())
 		switch *only {
 		case "edgepipe":
@@ -120,7 +129,8 @@ func benchUpload(ctx context.Context, args []string) error {
 		default:
 			return fmt.Errorf("--only must be edgepipe or minio-go")
 		}
-		return json.NewEncoder(os.Stdout).Encode(uploadResult{Client: *only, MiB: *mib, MiBps: r.MiBps, PeakRSS: peakRSS()})
+		return json.NewEncoder(os.Stdout).Encode(uploadResult{Client: *only, MiB: *mib, MiBps: r.MiBps,
+			PeakRSS: procStatus("VmHWM"), PeakAnon: stopSampling(), BaseRSS: base})
 	}
 	clients := []string{"edgepipe"}
 	if *compare {
@@ -138,7 +148,8 @@ func benchUpload(ctx context.Context, args []string) error {
 			return fmt.Errorf("%s run printed %q: %w", c, out, err)
 		}
 		res[c] = r
-		fmt.Printf("%-9s %d MiB: %.1f MiB/s, peak RSS %.1f MiB\n", c, r.MiB, r.MiBps, float64(r.PeakRSS)/(1<<20))
+		fmt.Printf("%-9s %d MiB: %.1f MiB/s, peak RSS %.1f MiB (anonymous %.1f MiB; %.1f MiB before the upload)\n",
+			c, r.MiB, r.MiBps, mibOf(r.PeakRSS), mibOf(r.PeakAnon), mibOf(r.BaseRSS))
 	}
 	if *compare {
 		fmt.Printf("edgepipe / minio-go throughput: %.2f\n", res["edgepipe"].MiBps/res["minio-go"].MiBps)
@@ -146,8 +157,12 @@ func benchUpload(ctx context.Context, args []string) error {
 	return nil
 }
 
-// peakRSS is this process's high-water resident set (VmHWM).
-func peakRSS() int64 {
+func mibOf(b int64) float64 { return float64(b) / (1 << 20) }
+
+// procStatus reads one "kB" field of /proc/self/status (VmHWM: the peak
+// resident set; VmRSS; RssAnon: its anonymous part, the heap and stacks,
+// without the executable's mapped pages), in bytes; 0 where there is none.
+func procStatus(field string) int64 {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
 		return 0
@@ -155,10 +170,35 @@ func peakRSS() int64 {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			return kb << 10
 		}
 	}
 	return 0
+}
+
+// sampleAnon samples RssAnon every 5 ms until the returned function is
+// called, which returns the highest sample. The kernel keeps no
+// high-water mark of it (VmHWM includes the executable's mapped pages,
+// which depend on the binary's size and the page cache, not on the
+// upload).
+func sampleAnon() (stop func() int64) {
+	done := make(chan struct{})
+	peak := make(chan int64)
+	go func() {
+		var hi int64
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		for {
+			hi = max(hi, procStatus("RssAnon"))
+			select {
+			case <-done:
+				peak <- max(hi, procStatus("RssAnon"))
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() int64 { close(done); return <-peak }
 }

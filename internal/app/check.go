@@ -10,7 +10,6 @@ import (
 	"edgepipe/failpoint"
 	"edgepipe/pipeline"
 	"edgepipe/routing"
-	"edgepipe/storage/s3"
 )
 
 // Check validates the settings FromEnv leaves to the parts that use them
@@ -47,17 +46,8 @@ func (c Config) Check(workers int) error {
 		if err != nil {
 			return err
 		}
-		// s3.New fills these defaults before it validates.
-		if sc.PartSizeMiB == 0 {
-			sc.PartSizeMiB = s3.DefaultPartSizeMiB
-		}
-		if sc.Concurrency == 0 {
-			sc.Concurrency = s3.DefaultConcurrency
-		}
-		if sc.ListPageSize == 0 {
-			sc.ListPageSize = s3.DefaultListPageSize
-		}
-		if err := sc.Validate(); err != nil {
+		// As s3.New does: defaults first, then validation.
+		if err := sc.WithDefaults().Validate(); err != nil {
 			return err
 		}
 	}

@@ -1,10 +1,11 @@
 // Package s3 is edgepipe's R2 role on any S3 API (MinIO, AWS S3, Cloudflare
 // R2): pipeline.ObjectStore on aws-sdk-go-v2.
 //
-// Puts stream through the SDK's transfer manager: the source is read into
-// parts of PartSizeMiB and up to Concurrency parts are in flight, so memory
-// per put is bounded by (Concurrency+2) × PartSizeMiB whatever the object's
-// size, and the length need not be known in advance.
+// Puts stream (upload.go): the source is read into parts of PartSizeMiB and
+// up to Concurrency parts are in flight, so a put holds at most
+// Concurrency+1 part buffers whatever the object's size, and the length
+// need not be known in advance. The buffers are mapped outside the Go heap
+// and reused across puts.
 //
 // Digests. The SHA-256, the CRC-64/NVME and the size are computed on the
 // way. Every object is written with a full-object CRC64NVME checksum
@@ -43,7 +44,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -51,8 +51,6 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager"
-	tmtypes "github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager/types"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
@@ -65,15 +63,19 @@ import (
 // metaSHA256 is the user metadata key (x-amz-meta-sha256) of the digest.
 const metaSHA256 = "sha256"
 
-// Defaults. 8 MiB parts with 2 in flight: measured with BenchUpload against
-// a local MinIO on two cores, a 1 GiB stream of unknown length goes faster
-// than minio-go with 16 MiB parts, peak RSS stays under 64 MiB and is the
-// same for 100 MiB and 1 GiB. One part in flight saves 8 MiB but loses a
-// third of the throughput.
+// Defaults. Parts are sized from the concurrency so that a put's part
+// buffers (Concurrency in flight plus one being filled) stay within
+// PartBudgetMiB: 6 MiB parts with 2 in flight. Measured with `edgepipe
+// bench upload` against a local MinIO on two cores, a 1 GiB stream of
+// unknown length goes at least as fast as minio-go with 16 MiB parts, and
+// the process's peak RSS stays under 64 MiB (see README, Benchmarks). One
+// part in flight loses a third of the throughput.
 const (
-	DefaultRegion       = "us-east-1"
-	DefaultPartSizeMiB  = 8
-	DefaultConcurrency  = 2
+	DefaultRegion      = "us-east-1"
+	DefaultConcurrency = 2
+	// PartBudgetMiB bounds the part buffers of one put when PartSizeMiB
+	// is not set: PartSizeMiB = max(5, PartBudgetMiB / (Concurrency+1)).
+	PartBudgetMiB       = 18
 	DefaultListPageSize = 1000
 	DefaultAbortTimeout = 30 * time.Second
 	// MaxPresignTTL is S3's limit for SigV4 presigned URLs.
@@ -108,7 +110,8 @@ type Config struct {
 	// start-up when it is missing.
 	CreateBucket bool
 	// PartSizeMiB (EDGEPIPE_S3_PART_SIZE_MIB) is the multipart part size,
-	// 5 to 512. Objects up to 10000 parts (78 GiB at the default) fit.
+	// 5 to 512. Zero sizes parts from Concurrency (PartBudgetMiB). Objects
+	// up to 10000 parts (58 GiB at the default) fit.
 	PartSizeMiB int
 	// Concurrency (EDGEPIPE_S3_CONCURRENCY) is how many parts of one put
 	// are uploaded at once, 1 to 32.
@@ -133,6 +136,13 @@ type Config struct {
 	Logger     *slog.Logger
 }
 
+// WithDefaults returns c with every unset field at its default, as New
+// uses it.
+func (c Config) WithDefaults() Config {
+	c.setDefaults()
+	return c
+}
+
 func (c *Config) setDefaults() {
 	if c.Region == "" {
 		c.Region = DefaultRegion
@@ -140,11 +150,11 @@ func (c *Config) setDefaults() {
 	if c.PathStyle == nil {
 		c.PathStyle = aws.Bool(c.Endpoint != "")
 	}
-	if c.PartSizeMiB == 0 {
-		c.PartSizeMiB = DefaultPartSizeMiB
-	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
+	}
+	if c.PartSizeMiB == 0 {
+		c.PartSizeMiB = max(5, PartBudgetMiB/(c.Concurrency+1))
 	}
 	if c.ListPageSize == 0 {
 		c.ListPageSize = DefaultListPageSize
@@ -209,7 +219,7 @@ func (c Config) Validate() error {
 // Store is a pipeline.ObjectStore on an S3 bucket. Safe for concurrent use.
 type Store struct {
 	client  *awss3.Client
-	tm      *transfermanager.Client
+	parts   *partPool
 	presign *awss3.PresignClient
 	bucket  string
 	prefix  string
@@ -266,18 +276,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	s := &Store{
 		client:  client,
 		presign: awss3.NewPresignClient(awss3.NewFromConfig(awsCfg, clientOpts(presignEndpoint))),
-		tm: transfermanager.New(newUploadClient(client, cfg.SignPayload, false), func(o *transfermanager.Options) {
-			o.PartSizeBytes = partSize
-			o.Concurrency = cfg.Concurrency
-			// The transfer manager buffers the first chunk up to the
-			// threshold in a growing slice before it knows whether to
-			// go multipart; one part's worth keeps that bounded too.
-			o.MultipartUploadThreshold = partSize
-			o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
-			// Abort on a fresh context, so a canceled put still
-			// removes its parts.
-			o.FailTimeout = cfg.AbortTimeout
-		}),
+		// Idle buffers for two puts at full concurrency.
+		parts:  newPartPool(int(partSize), 2*(cfg.Concurrency+1)),
 		bucket: cfg.Bucket,
 		prefix: cfg.Prefix,
 		cfg:    cfg,
@@ -326,32 +326,22 @@ func (s *Store) checkKey(key string) error {
 	return nil
 }
 
-// uploadClient is the client the transfer manager uploads through, one per
-// put. Unless SignPayload is set it sends part bodies as UNSIGNED-PAYLOAD,
-// which the SDK already does over https: over plain http it would otherwise
-// hash every part for the signature, and the server hash it again to check,
-// costing about a third of the throughput on a small machine on top of the
-// SHA-256 we compute for the caller anyway.
-//
-// It also fills in what the transfer manager (v0.5.7) leaves out:
-//   - For a create-only put, If-None-Match: * on CreateMultipartUpload,
-//     which the SDK's input has no field for.
-//   - Each part's CRC64NVME, computed here in one pass over the part's
-//     buffer (the SDK, asked to, would also SHA-256 the part for the
-//     signature over http), and listed again in CompleteMultipartUpload:
-//     the transfer manager drops it from its completed parts, and a server
-//     (MinIO) then refuses to complete an upload created with a checksum.
+// uploadClient is the client a put uploads through, one per put. Unless
+// SignPayload is set it sends part bodies as UNSIGNED-PAYLOAD, which the SDK
+// already does over https: over plain http it would otherwise hash every
+// part for the signature, and the server hash it again to check, costing
+// about a third of the throughput on a small machine on top of the SHA-256
+// we compute for the caller anyway. For a create-only put it also sends
+// If-None-Match: * on CreateMultipartUpload, which the SDK's input has no
+// field for, so a losing writer fails before it streams.
 type uploadClient struct {
 	*awss3.Client
 	sign       bool
 	createOnly bool
-
-	mu       sync.Mutex
-	partCRCs map[int32]string // part number → CRC64NVME header value
 }
 
 func newUploadClient(c *awss3.Client, sign, createOnly bool) *uploadClient {
-	return &uploadClient{Client: c, sign: sign, createOnly: createOnly, partCRCs: map[int32]string{}}
+	return &uploadClient{Client: c, sign: sign, createOnly: createOnly}
 }
 
 func (c *uploadClient) opts(opts []func(*awss3.Options)) []func(*awss3.Options) {
@@ -377,36 +367,7 @@ func (c *uploadClient) CreateMultipartUpload(ctx context.Context, in *awss3.Crea
 }
 
 func (c *uploadClient) UploadPart(ctx context.Context, in *awss3.UploadPartInput, opts ...func(*awss3.Options)) (*awss3.UploadPartOutput, error) {
-	if body, ok := in.Body.(io.ReadSeeker); ok && in.ChecksumAlgorithm == types.ChecksumAlgorithmCrc64nvme && in.ChecksumCRC64NVME == nil {
-		h := crc64nvme.New()
-		if _, err := io.Copy(h, body); err != nil {
-			return nil, err
-		}
-		if _, err := body.Seek(0, io.SeekStart); err != nil {
-			return nil, err
-		}
-		in.ChecksumCRC64NVME = aws.String(crcHeader(h.Sum64()))
-	}
-	out, err := c.Client.UploadPart(ctx, in, c.opts(opts)...)
-	if err == nil && in.ChecksumCRC64NVME != nil {
-		c.mu.Lock()
-		c.partCRCs[aws.ToInt32(in.PartNumber)] = *in.ChecksumCRC64NVME
-		c.mu.Unlock()
-	}
-	return out, err
-}
-
-func (c *uploadClient) CompleteMultipartUpload(ctx context.Context, in *awss3.CompleteMultipartUploadInput, opts ...func(*awss3.Options)) (*awss3.CompleteMultipartUploadOutput, error) {
-	if in.MultipartUpload != nil {
-		c.mu.Lock()
-		for i, p := range in.MultipartUpload.Parts {
-			if crc, ok := c.partCRCs[aws.ToInt32(p.PartNumber)]; ok && p.ChecksumCRC64NVME == nil {
-				in.MultipartUpload.Parts[i].ChecksumCRC64NVME = aws.String(crc)
-			}
-		}
-		c.mu.Unlock()
-	}
-	return c.Client.CompleteMultipartUpload(ctx, in, opts...)
+	return c.Client.UploadPart(ctx, in, c.opts(opts)...)
 }
 
 // Bucket is the store's bucket.
@@ -459,17 +420,15 @@ func isKeyTaken(err error) bool {
 // uploader reads, and stops the upload once ctx ends even if the source
 // never blocks.
 type hashingReader struct {
-	ctx   context.Context
-	r     io.Reader
-	h     hash.Hash
-	crc   hash.Hash64
-	n     int64
-	onEOF func()
-	eof   bool
+	ctx context.Context
+	r   io.Reader
+	h   hash.Hash
+	crc hash.Hash64
+	n   int64
 }
 
-func newHashingReader(ctx context.Context, r io.Reader, onEOF func()) *hashingReader {
-	return &hashingReader{ctx: ctx, r: r, h: sha256.New(), crc: crc64nvme.New(), onEOF: onEOF}
+func newHashingReader(ctx context.Context, r io.Reader) *hashingReader {
+	return &hashingReader{ctx: ctx, r: r, h: sha256.New(), crc: crc64nvme.New()}
 }
 
 func (r *hashingReader) Read(p []byte) (int, error) {
@@ -480,10 +439,6 @@ func (r *hashingReader) Read(p []byte) (int, error) {
 	r.h.Write(p[:n])
 	r.crc.Write(p[:n])
 	r.n += int64(n)
-	if err == io.EOF && !r.eof {
-		r.eof = true
-		r.onEOF()
-	}
 	return n, err
 }
 
@@ -531,35 +486,8 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts pipeline.
 			return pipeline.ObjectInfo{}, fmt.Errorf("s3: put %s: %w", key, err)
 		}
 	}
-	// The digests are only known at the end of the stream. For an object
-	// smaller than one part the transfer manager has read all of it before
-	// it builds the PutObject request from this map and this checksum, so
-	// filling them at EOF stores the digests with the object, atomically.
-	// A multipart upload's metadata is fixed when it starts; its checksum
-	// is sent with CompleteMultipartUpload, which only comes after EOF, and
-	// its SHA-256 goes into tags once complete (tagDigest).
-	meta := map[string]string{}
-	crc := new(string)
-	var src *hashingReader
-	src = newHashingReader(ctx, r, func() {
-		meta[metaSHA256] = src.sum()
-		*crc = crcHeader(src.crc.Sum64())
-	})
-	in := &transfermanager.UploadObjectInput{
-		Bucket:            &s.bucket,
-		Key:               aws.String(s.prefix + key),
-		Body:              src,
-		ContentType:       &ct,
-		Metadata:          meta,
-		ChecksumAlgorithm: tmtypes.ChecksumAlgorithm(types.ChecksumAlgorithmCrc64nvme),
-		ChecksumType:      tmtypes.ChecksumTypeFullObject,
-		ChecksumCRC64NVME: crc,
-	}
-	if opts.CreateOnly {
-		in.IfNoneMatch = aws.String("*")
-	}
-	client := newUploadClient(s.client, s.cfg.SignPayload, opts.CreateOnly)
-	out, err := s.tm.UploadObject(ctx, in, func(o *transfermanager.Options) { o.S3 = client })
+	src := newHashingReader(ctx, r)
+	out, err := s.upload(ctx, key, src, ct, opts.CreateOnly)
 	if err != nil {
 		// Only a create-only put asked a condition: a 409 on a plain put
 		// is a conflicting concurrent operation (retryable), not a taken
@@ -572,30 +500,23 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts pipeline.
 		}
 		return pipeline.ObjectInfo{}, fmt.Errorf("s3: put %s: %w", key, err)
 	}
-	if !src.eof {
-		// The uploader stopped reading before EOF without an error: what
-		// it stored under key is truncated, and a failed put leaves no
-		// object.
-		s.deleteBad(ctx, key, aws.ToString(out.ETag))
-		return pipeline.ObjectInfo{}, fmt.Errorf("s3: put %s: uploader finished before the end of the stream", key)
-	}
 	info := pipeline.ObjectInfo{Key: key, Size: src.n, ContentType: ct, SHA256: src.sum(), LastModified: time.Now()}
 	// crcHex keeps only a full-object checksum: a composite one ("...-N",
 	// also when the server does not name its type) is no digest of the
 	// bytes and cannot be compared with ours.
-	if stored := crcHex(out.ChecksumCRC64NVME, types.ChecksumType(out.ChecksumType)); stored != "" {
+	if stored := crcHex(out.crc, out.crcType); stored != "" {
 		// The server names the checksum of what it stored: it must be the
 		// one of the bytes we hashed. It checked ours already, so this
 		// only fails on a server that ignores the checksum it was sent.
 		sent := hex.EncodeToString(binary.BigEndian.AppendUint64(nil, src.crc.Sum64()))
 		if stored != sent {
-			s.deleteBad(ctx, key, aws.ToString(out.ETag))
+			s.deleteBad(ctx, key, out.etag)
 			return pipeline.ObjectInfo{}, fmt.Errorf("s3: put %s: the server stored an object with CRC64NVME %s, the bytes sent have %s", key, stored, sent)
 		}
 		info.CRC64NVME = sent
 	}
-	if aws.ToString(out.UploadID) != "" {
-		s.tagDigest(ctx, key, info, aws.ToString(out.ETag))
+	if out.multipart {
+		s.tagDigest(ctx, key, info, out.etag)
 	}
 	return info, nil
 }

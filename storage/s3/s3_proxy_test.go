@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"edgepipe/pipeline"
 	"edgepipe/storage/storagetest"
@@ -455,5 +456,45 @@ func TestTaggingNotImplemented(t *testing.T) {
 				t.Errorf("warnings: %q", warns)
 			}
 		})
+	}
+}
+
+// TestPutBoundsItsParts: a put of unknown length keeps at most Concurrency
+// parts in flight and holds at most Concurrency+1 part buffers, and the
+// next put reuses them instead of mapping more.
+func TestPutBoundsItsParts(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	inFlight, maxInFlight := 0, 0
+	p := newS3Proxy(t, fakeS3{}, func(w http.ResponseWriter, r *http.Request, op string) bool {
+		if op != "UploadPart" {
+			return false
+		}
+		mu.Lock()
+		inFlight++
+		maxInFlight = max(maxInFlight, inFlight)
+		mu.Unlock()
+		time.Sleep(20 * time.Millisecond) // long enough for the reader to run ahead if it could
+		fakeS3{}.ServeHTTP(w, r)
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		return true
+	})
+	s := proxiedStore(t, p.URL, nil)
+	const size = 31 << 20 // seven 5 MiB parts, the last one short
+	for i := range 2 {
+		if _, err := s.Put(t.Context(), fmt.Sprint("k", i), storagetest.Stream(5, size), pipeline.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(p.ops("UploadPart")); got != 14 {
+		t.Errorf("%d UploadPart requests for two 7-part puts, want 14", got)
+	}
+	if maxInFlight > s.cfg.Concurrency {
+		t.Errorf("%d parts in flight at once, Concurrency is %d", maxInFlight, s.cfg.Concurrency)
+	}
+	if made, most := s.parts.made.Load(), int64(s.cfg.Concurrency+1); made > most {
+		t.Errorf("two puts mapped %d part buffers, want at most %d (reused)", made, most)
 	}
 }

@@ -70,7 +70,7 @@ func TestDefaults(t *testing.T) {
 	t.Parallel()
 	c := Config{Endpoint: "http://minio:9000", Bucket: "b"}
 	c.setDefaults()
-	if !*c.PathStyle || c.Region != "us-east-1" || c.PartSizeMiB != DefaultPartSizeMiB || c.Concurrency != DefaultConcurrency {
+	if !*c.PathStyle || c.Region != "us-east-1" || c.PartSizeMiB != 6 || c.Concurrency != DefaultConcurrency {
 		t.Errorf("defaults with an endpoint = %+v", c)
 	}
 	aws := Config{Bucket: "b"}
@@ -83,6 +83,21 @@ func TestDefaults(t *testing.T) {
 	explicit.setDefaults()
 	if *explicit.PathStyle {
 		t.Error("an explicit PathStyle=false was overridden")
+	}
+}
+
+// TestPartSizeFromConcurrency: unset, the part size keeps a put's buffers
+// (Concurrency+1 parts) within PartBudgetMiB, never under S3's 5 MiB.
+func TestPartSizeFromConcurrency(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ concurrency, part, want int }{
+		{1, 0, 9}, {2, 0, 6}, {3, 0, 5}, {8, 0, 5}, {2, 16, 16},
+	} {
+		c := Config{Bucket: "b", Concurrency: tc.concurrency, PartSizeMiB: tc.part}
+		c.setDefaults()
+		if c.PartSizeMiB != tc.want {
+			t.Errorf("concurrency %d, part size %d: got %d MiB, want %d", tc.concurrency, tc.part, c.PartSizeMiB, tc.want)
+		}
 	}
 }
 
@@ -143,14 +158,12 @@ func FuzzValidateKey(f *testing.F) {
 func TestHashingReader(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
-	var sum string
-	var crc uint64
-	var r *hashingReader
-	r = newHashingReader(ctx, strings.NewReader("123456789"), func() { sum, crc = r.sum(), r.crc.Sum64() })
+	r := newHashingReader(ctx, strings.NewReader("123456789"))
 	b, err := io.ReadAll(r)
 	if err != nil || string(b) != "123456789" || r.n != 9 {
 		t.Fatalf("read %q, %v, n=%d", b, err, r.n)
 	}
+	sum, crc := r.sum(), r.crc.Sum64()
 	if sum != "15e2b0d3c33891ebb0f1ef609ec419420c20e320ce94c65fbc8c3312448eb225" {
 		t.Errorf("sha256 at EOF = %s", sum)
 	}
@@ -163,7 +176,7 @@ func TestHashingReader(t *testing.T) {
 		t.Errorf("crcHeader = %s, want %s", got, want)
 	}
 	cancel()
-	r2 := newHashingReader(ctx, strings.NewReader("abc"), func() {})
+	r2 := newHashingReader(ctx, strings.NewReader("abc"))
 	if _, err := r2.Read(make([]byte, 8)); !errors.Is(err, context.Canceled) {
 		t.Errorf("read after cancel = %v", err)
 	}
