@@ -27,6 +27,14 @@ import (
 // them (Concurrency parts in flight, one being filled): with 2 × 8 MiB that
 // is 24 MiB whatever the object's size.
 
+// Reusing (or unmapping) a part buffer once its request has returned is
+// safe because of how the SDK sends a body: net/http may go on reading a
+// request body after RoundTrip returns, so smithy-go wraps every body in a
+// closer whose Read and Close share a mutex and closes it itself before the
+// operation returns (transport/http/client.go, "so that it can be safely
+// reused"); a later Read gets io.EOF, never the buffer. Each retry of a part
+// builds a new request the same way, within the same UploadPart call.
+
 // maxParts is S3's limit of parts per multipart upload.
 const maxParts = 10000
 
