@@ -243,7 +243,11 @@ func (s *Store) triage(ctx context.Context, tx pgx.Tx, now int64, queue string, 
 // attempt id (att) and lease, msgs counts the delivery on each claimed
 // job's message, and ev appends the status events in claim order (n).
 // Every claim in one statement saves a round trip per part, which is most
-// of a claim's cost (bench/riverref, "Where edgepipe's time goes").
+// of a claim's cost (bench/riverref, "Where edgepipe's time goes"). The
+// rows to write are also named by "= ANY(ARRAY(…))", as the separate
+// statements named them by array parameters: the planner then reaches
+// them through the primary key whatever it estimates for the CTEs, rather
+// than by a hash join over a scan of the whole table.
 // Parameters: $1 now, $2 owner, $3 lease expiry, $4 the owner as JSON text
 // (encoding/json's, so the event detail is byte for byte what
 // json.Marshal(map{attempt, delivery, owner}) gives: keys sorted, integers
@@ -254,12 +258,12 @@ var claimCTEs = `upd AS (
 		updated_at = $1, attempts = jobs.attempts + 1, next_run_at = NULL,
 		attempt_id = c.att, lease_owner = $2, lease_expires_at = $3
 	FROM claims c
-	WHERE jobs.id = c.job_id
+	WHERE jobs.id = c.job_id AND jobs.id = ANY(ARRAY(SELECT job_id FROM claims))
 	  AND (jobs.status IN ('pending','retry_wait') OR (jobs.status = 'running' AND jobs.lease_expires_at <= $1))
 	RETURNING c.n, c.msg_id, c.deliveries, c.from_status, ` + sqlcols.Prefixed("jobs.", jobColumns) + `
 ), msgs AS (
-	UPDATE queue_messages m SET delivery_count = m.delivery_count + 1, visible_at = $3, last_delivered_at = $1
-	FROM upd WHERE m.id = upd.msg_id
+	UPDATE queue_messages SET delivery_count = delivery_count + 1, visible_at = $3, last_delivered_at = $1
+	WHERE id = ANY(ARRAY(SELECT msg_id FROM upd))
 ), ev AS (
 	INSERT INTO job_events (job_id, at, kind, from_status, to_status, attempt_id, detail_json)
 	SELECT upd.id, $1, 'status', upd.from_status, 'running', upd.attempt_id,

@@ -447,19 +447,22 @@ func newBulkBatch(fs []Finished, idx []int, errs []error) (*bulkBatch, error) {
 // cannot go stale) nothing is written and the first column says so; a
 // caller in a transaction passes false and writes the webhooks itself. The
 // rows are the settled jobs in batch order, after a first row that is there
-// even when none was settled (NULLs after the first column).
+// even when none was settled (NULLs after the first column); only a job
+// with a webhook has its event id (what its delivery needs). As in
+// claimCTEs, the rows are also named by "= ANY(…)" so that the planner
+// reaches them by key.
 const qSettleBulk = `WITH u AS (
 	SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int[], $10::text[])
 		WITH ORDINALITY AS u(job, att, status, class, code, msg, result, action, detail, n)
 ), hooks AS (
-	SELECT $11::bool AND EXISTS (SELECT 1 FROM jobs j JOIN u ON j.id = u.job WHERE j.webhook_url <> '') AS found
+	SELECT $11::bool AND EXISTS (SELECT 1 FROM jobs WHERE id = ANY($2::text[]) AND webhook_url <> '') AS found
 ), upd AS (
 	UPDATE jobs SET status = u.status, status_changed_at = $1, updated_at = $1,
 		next_run_at = NULL, lease_owner = NULL, lease_expires_at = NULL, requires_action = u.action,
 		last_error_class = u.class, last_error_code = u.code, last_error_message = u.msg,
 		result_key = coalesce(nullif(u.result, ''), jobs.result_key), infra_since = NULL
 	FROM u
-	WHERE jobs.id = u.job AND jobs.attempt_id = u.att AND jobs.status = 'running' AND jobs.lease_expires_at > $1
+	WHERE jobs.id = u.job AND jobs.id = ANY($2::text[]) AND jobs.attempt_id = u.att AND jobs.status = 'running' AND jobs.lease_expires_at > $1
 	  AND NOT (SELECT found FROM hooks)
 	RETURNING jobs.id, jobs.instance_id, jobs.webhook_url, u.status, u.att, u.detail, u.n
 ), ev AS (
@@ -468,14 +471,15 @@ const qSettleBulk = `WITH u AS (
 	FROM upd ORDER BY upd.n
 	RETURNING job_id, id
 ), del AS (
-	DELETE FROM queue_messages WHERE job_id IN (SELECT id FROM upd)
+	DELETE FROM queue_messages WHERE job_id = ANY(ARRAY(SELECT id FROM upd))
 )
-SELECT hooks.found, s.id, s.instance_id, s.webhook_url, s.status, s.event_id
-FROM hooks LEFT JOIN (SELECT upd.id, upd.instance_id, upd.webhook_url, upd.status, ev.id AS event_id, upd.n
-	FROM upd JOIN ev ON ev.job_id = upd.id) AS s ON true
-ORDER BY s.n`
+SELECT hooks.found, upd.id, upd.instance_id, upd.webhook_url, upd.status,
+	CASE WHEN upd.webhook_url <> '' THEN (SELECT ev.id FROM ev WHERE ev.job_id = upd.id) END
+FROM hooks LEFT JOIN upd ON true
+ORDER BY upd.n`
 
-// settledJob is a job qSettleBulk settled.
+// settledJob is a job qSettleBulk settled; eventID is set only for a job
+// with a webhook.
 type settledJob struct {
 	hook    webhookJob
 	status  pipeline.Status
@@ -494,8 +498,11 @@ func (b *bulkBatch) run(ctx context.Context, q dbtx, now int64, guard bool) (set
 		if err := r.Scan(&hooked, &id, &instanceID, &url, &status, &eventID); err != nil || id == nil {
 			return err
 		}
-		settled = append(settled, settledJob{hook: webhookJob{ID: *id, InstanceID: str(instanceID), URL: str(url)},
-			status: pipeline.Status(str(status)), eventID: *eventID})
+		j := settledJob{hook: webhookJob{ID: *id, InstanceID: str(instanceID), URL: str(url)}, status: pipeline.Status(str(status))}
+		if eventID != nil {
+			j.eventID = *eventID
+		}
+		settled = append(settled, j)
 		return nil
 	})
 	return settled, hooked, err
