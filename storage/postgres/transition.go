@@ -79,14 +79,24 @@ func settle(ctx context.Context, tx pgx.Tx, now int64, jobID string, from pipeli
 // A lost lease is a *pipeline.FenceError and nothing is written.
 func (s *Store) Finish(ctx context.Context, lease pipeline.Lease, o pipeline.Outcome) error {
 	if settlesLikeBulk(o) {
-		errs, done, err := s.finishBulkOnly(ctx, []Finished{{Lease: lease, Outcome: o}})
+		fs := []Finished{{Lease: lease, Outcome: o}}
+		errs, done, err := s.finishBulkOnly(ctx, fs)
 		if err != nil {
 			return err
 		}
 		if done {
 			return errs[0]
 		}
-		// The job has a webhook: the transaction below writes its delivery.
+		// The job has a webhook: settleBulk writes its delivery too, in a
+		// transaction (one statement fewer than settle's).
+		err = s.inTx(ctx, func(tx pgx.Tx) error {
+			errs = make([]error, 1)
+			return settleBulk(ctx, tx, s.now(), fs, []int{0}, errs)
+		})
+		if err != nil {
+			return err
+		}
+		return errs[0]
 	}
 	return s.inTx(ctx, func(tx pgx.Tx) error { return finishTx(ctx, tx, s.now(), lease, o) })
 }
