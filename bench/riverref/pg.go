@@ -253,7 +253,7 @@ func insertEdgepipe(ctx context.Context, url string, jobs int) error {
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	defer s.Close() //nolint:contextcheck // Store.Close takes no context; it waits for its last group commit
 	batch := make([]pipeline.NewJob, 0, 1000)
 	for i := range jobs {
 		id := fmt.Sprintf("v1-%09d", i)
@@ -382,7 +382,7 @@ func edgepipeChild(ctx context.Context, url string, cfg *Config) error {
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	defer s.Close() //nolint:contextcheck // Store.Close takes no context; it waits for its last group commit
 	runCtx, cancel, err := awaitRelease(ctx)
 	if err != nil {
 		return err
@@ -444,9 +444,7 @@ func complete(ctx context.Context, s *postgres.Store, completions <-chan pipelin
 		}
 		res, err := s.FinishMany(ctx, pending)
 		errs = append(errs, err)
-		for _, e := range res {
-			errs = append(errs, e)
-		}
+		errs = append(errs, res...)
 		pending = pending[:0]
 	}
 	for f := range completions {
