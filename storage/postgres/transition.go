@@ -460,7 +460,9 @@ func newBulkBatch(fs []Finished, idx []int, errs []error) (*bulkBatch, error) {
 // even when none was settled (NULLs after the first column); only a job
 // with a webhook has its event id (what its delivery needs). As in
 // claimCTEs, the rows are also named by "= ANY(…)" so that the planner
-// reaches them by key.
+// reaches them by key; the settled ids are compared in queue_messages.job_id's
+// collation (jobs.id's is "C"), or the index on job_id does not apply and
+// the DELETE reads the whole table.
 const qSettleBulk = `WITH u AS (
 	SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int[], $10::text[])
 		WITH ORDINALITY AS u(job, att, status, class, code, msg, result, action, detail, n)
@@ -481,7 +483,7 @@ const qSettleBulk = `WITH u AS (
 	FROM upd ORDER BY upd.n
 	RETURNING job_id, id
 ), del AS (
-	DELETE FROM queue_messages WHERE job_id = ANY(ARRAY(SELECT id FROM upd))
+	DELETE FROM queue_messages WHERE job_id = ANY(ARRAY(SELECT id COLLATE "default" FROM upd))
 )
 SELECT hooks.found, upd.id, upd.instance_id, upd.webhook_url, upd.status,
 	CASE WHEN upd.webhook_url <> '' THEN (SELECT ev.id FROM ev WHERE ev.job_id = upd.id) END
