@@ -135,6 +135,7 @@ func main() {
 	childSide := flag.String("child", "", "internal: run as a Postgres worker process of this side (edgepipe|river)")
 	childURL := flag.String("child-url", "", "internal: the child's database URL")
 	childProfile := flag.String("child-cpuprofile", "", "Postgres mode: every worker process writes a CPU profile to FILE.<side>.<pid>")
+	analyze := flag.Bool("pg-analyze", false, "Postgres mode: ANALYZE each side's fresh database after the insert, before the clock starts (planner statistics, as a database in service has)")
 	flag.Parse()
 
 	level := slog.LevelWarn
@@ -161,7 +162,7 @@ func main() {
 	}
 
 	if *childSide != "" || *pgURL != "" {
-		if err := runPG(ctx, &cfg, *pgURL, *procs, *runs, *childSide, *childURL, *childProfile); err != nil {
+		if err := runPG(ctx, &cfg, *pgURL, *procs, *runs, *childSide, *childURL, *childProfile, *analyze); err != nil {
 			fmt.Fprintln(os.Stderr, "riverref:", err)
 			pprof.StopCPUProfile()
 			os.Exit(1)

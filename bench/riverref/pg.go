@@ -43,6 +43,14 @@ type PGConfig struct {
 	// ChildProfile, when set, makes every worker process write a CPU
 	// profile to ChildProfile.<side>.<pid>.
 	ChildProfile string
+	// Analyze runs ANALYZE on each side's database after the insert and
+	// before the clock. A fresh database has no planner statistics until
+	// autovacuum gets to it (autovacuum_naptime, a minute by default), far
+	// later than a burn-down of seconds; without them Postgres estimates a
+	// handful of visible queue rows and plans a fetch as "read every
+	// visible row, sort, lock the first N" instead of an ordered index scan.
+	// A database in service has statistics. Both sides get the same.
+	Analyze bool
 }
 
 // pgSide is one queue under test.
@@ -79,8 +87,12 @@ func RunPGMatrix(ctx context.Context, pc *PGConfig, w io.Writer) error {
 			}
 		}
 	}
-	fmt.Fprintf(w, "postgres burn-down: %d no-op jobs, %d workers per process, median of %d run(s), load average %s\n",
-		pc.Jobs, pc.Workers, pc.Runs, loadAvg())
+	stats := "no planner statistics (fresh databases)"
+	if pc.Analyze {
+		stats = "ANALYZE after the insert"
+	}
+	fmt.Fprintf(w, "postgres burn-down: %d no-op jobs, %d workers per process, median of %d run(s), %s, load average %s\n",
+		pc.Jobs, pc.Workers, pc.Runs, stats, loadAvg())
 	fmt.Fprintln(w, "| processes | edgepipe jobs/s | River jobs/s | ratio |")
 	fmt.Fprintln(w, "|---|---|---|---|")
 	for _, procs := range pc.Procs {
@@ -100,6 +112,11 @@ func pgBurnDown(ctx context.Context, pc *PGConfig, side pgSide, procs int) (time
 	defer drop()
 	if err := side.insert(ctx, url, pc.Jobs); err != nil {
 		return 0, err
+	}
+	if pc.Analyze {
+		if err := analyzeDatabase(ctx, url); err != nil {
+			return 0, err
+		}
 	}
 	children, err := startChildren(ctx, side.name, url, pc, procs)
 	defer stopChildren(children)
@@ -217,12 +234,26 @@ func createDatabase(ctx context.Context, adminURL, side string) (string, func(),
 	return url, drop, nil
 }
 
+// analyzeDatabase collects planner statistics for every table of the
+// database at url (PGConfig.Analyze).
+func analyzeDatabase(ctx context.Context, url string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "ANALYZE"); err != nil {
+		return fmt.Errorf("analyze: %w", err)
+	}
+	return nil
+}
+
 func insertEdgepipe(ctx context.Context, url string, jobs int) error {
 	s, err := postgres.Open(ctx, postgres.Config{URL: url})
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	defer s.Close() //nolint:contextcheck // Store.Close takes no context; it waits for its last group commit
 	batch := make([]pipeline.NewJob, 0, 1000)
 	for i := range jobs {
 		id := fmt.Sprintf("v1-%09d", i)
@@ -351,7 +382,7 @@ func edgepipeChild(ctx context.Context, url string, cfg *Config) error {
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	defer s.Close() //nolint:contextcheck // Store.Close takes no context; it waits for its last group commit
 	runCtx, cancel, err := awaitRelease(ctx)
 	if err != nil {
 		return err
@@ -413,9 +444,7 @@ func complete(ctx context.Context, s *postgres.Store, completions <-chan pipelin
 		}
 		res, err := s.FinishMany(ctx, pending)
 		errs = append(errs, err)
-		for _, e := range res {
-			errs = append(errs, e)
-		}
+		errs = append(errs, res...)
 		pending = pending[:0]
 	}
 	for f := range completions {
@@ -479,7 +508,7 @@ func parseProcs(s string) ([]int, error) {
 }
 
 // runPG is main's Postgres mode: a child worker process, or the matrix.
-func runPG(ctx context.Context, cfg *Config, url, procs string, runs int, childSide, childURL, childProfile string) error {
+func runPG(ctx context.Context, cfg *Config, url, procs string, runs int, childSide, childURL, childProfile string, analyze bool) error {
 	if childSide != "" {
 		if childProfile != "" {
 			f, err := os.Create(fmt.Sprintf("%s.%d", childProfile, os.Getpid()))
@@ -506,5 +535,5 @@ func runPG(ctx context.Context, cfg *Config, url, procs string, runs int, childS
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	return RunPGMatrix(ctx, &PGConfig{AdminURL: url, Jobs: cfg.Jobs, Workers: cfg.Workers, Procs: ps, Runs: runs, Config: cfg, ChildProfile: childProfile}, os.Stdout)
+	return RunPGMatrix(ctx, &PGConfig{AdminURL: url, Jobs: cfg.Jobs, Workers: cfg.Workers, Procs: ps, Runs: runs, Config: cfg, ChildProfile: childProfile, Analyze: analyze}, os.Stdout)
 }

@@ -39,7 +39,7 @@ func TestRunPGMatrix(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
 	defer cancel()
 	var out bytes.Buffer
-	pc := &PGConfig{AdminURL: url, Jobs: cfg.Jobs, Workers: cfg.Workers, Procs: []int{1, 2}, Runs: 1, Config: cfg}
+	pc := &PGConfig{AdminURL: url, Jobs: cfg.Jobs, Workers: cfg.Workers, Procs: []int{1, 2}, Runs: 1, Config: cfg, Analyze: true}
 	if err := RunPGMatrix(ctx, pc, &out); err != nil {
 		t.Fatal(err)
 	}

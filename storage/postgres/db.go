@@ -260,9 +260,18 @@ type dbtx interface {
 // MaxRetries times, with jittered backoff), so fn must only write through
 // tx and must reset whatever it returns.
 func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return s.retrying(ctx, func() error { return s.runTx(ctx, fn) })
+}
+
+// retrying runs fn, and runs it again after a deadlock or serialization
+// failure (at most MaxRetries times in all, with jittered backoff), so fn
+// must reset whatever it returns. inTx uses it for a transaction; the
+// single-statement paths (fetchPlain, finishBulkOnly), which run outside an
+// explicit transaction, use it directly.
+func (s *Store) retrying(ctx context.Context, fn func() error) error {
 	var err error
 	for attempt := 0; ; attempt++ {
-		err = s.runTx(ctx, fn)
+		err = fn()
 		if err == nil || !retryable(err) || attempt+1 >= s.cfg.MaxRetries {
 			return translate(err)
 		}
@@ -349,11 +358,17 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// newAttemptID is a fresh random attempt id, the fencing token of a claim.
-func newAttemptID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return "att_" + hex.EncodeToString(b[:])
+// newAttemptIDs is n fresh random attempt ids, the fencing tokens of
+// claims ("att_" and 24 hex digits), read from the random source at once: a
+// claim batch needs one per job.
+func newAttemptIDs(n int) []string {
+	b := make([]byte, 12*n)
+	_, _ = rand.Read(b)
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "att_" + hex.EncodeToString(b[12*i:12*i+12])
+	}
+	return out
 }
 
 var errClosed = errors.New("postgres: store is closed")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -19,7 +20,14 @@ const jobColumns = `id, tenant, operation, idempotency_key, request_fingerprint,
 	last_error_code, last_error_message, requires_action, cancel_requested_at, result_key, webhook_url,
 	infra_failures, infra_since, decision, decided_by, decision_reason, decided_at, instance_id, trace_parent`
 
-func scanJob(r pgx.Row) (pipeline.Job, error) {
+func scanJob(r pgx.Row) (pipeline.Job, error) { return scanJobAfter(r) }
+
+// jobColumnCount is how many columns jobColumns names.
+var jobColumnCount = strings.Count(jobColumns, ",") + 1
+
+// scanJobAfter scans a row whose jobColumns follow len(pre) other columns,
+// scanned into pre (a nil skips one).
+func scanJobAfter(r pgx.Row, pre ...any) (pipeline.Job, error) {
 	var (
 		j                                    pipeline.Job
 		frozen, attemptID, owner, resultKey  *string
@@ -30,11 +38,11 @@ func scanJob(r pgx.Row) (pipeline.Job, error) {
 		decidedAt                            *int64
 		requiresAction                       int
 	)
-	err := r.Scan(&j.ID, &j.Tenant, &j.Operation, &j.IdempotencyKey, &j.RequestFingerprint, &input, &frozen,
+	err := r.Scan(append(pre, &j.ID, &j.Tenant, &j.Operation, &j.IdempotencyKey, &j.RequestFingerprint, &input, &frozen,
 		&j.Version, &j.Queue, &status, &statusAt, &createdAt, &updatedAt, &j.Attempts, &nextRun,
 		&attemptID, &owner, &leaseExp, &j.Stage, &j.UnitsTotal, &j.UnitsDone, &errClass,
 		&j.LastErrorCode, &j.LastErrorMessage, &requiresAction, &cancelAt, &resultKey, &j.WebhookURL,
-		&j.InfraFailures, &infraAt, &decision, &j.Decision.Operator, &j.Decision.Reason, &decidedAt, &j.InstanceID, &traceParent)
+		&j.InfraFailures, &infraAt, &decision, &j.Decision.Operator, &j.Decision.Reason, &decidedAt, &j.InstanceID, &traceParent)...)
 	if err != nil {
 		return pipeline.Job{}, translate(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -77,6 +78,26 @@ func settle(ctx context.Context, tx pgx.Tx, now int64, jobID string, from pipeli
 // Finish ends the attempt holding lease with outcome o, in one transaction.
 // A lost lease is a *pipeline.FenceError and nothing is written.
 func (s *Store) Finish(ctx context.Context, lease pipeline.Lease, o pipeline.Outcome) error {
+	if settlesLikeBulk(o) {
+		fs := []Finished{{Lease: lease, Outcome: o}}
+		errs, done, err := s.finishBulkOnly(ctx, fs)
+		if err != nil {
+			return err
+		}
+		if done {
+			return errs[0]
+		}
+		// The job has a webhook: settleBulk writes its delivery too, in a
+		// transaction (one statement fewer than settle's).
+		err = s.inTx(ctx, func(tx pgx.Tx) error {
+			errs = make([]error, 1)
+			return settleBulk(ctx, tx, s.now(), fs, []int{0}, errs)
+		})
+		if err != nil {
+			return err
+		}
+		return errs[0]
+	}
 	return s.inTx(ctx, func(tx pgx.Tx) error { return finishTx(ctx, tx, s.now(), lease, o) })
 }
 
@@ -261,10 +282,18 @@ type Finished = pipeline.Finished
 // completer, like River's). Each result is independent: errs[i] is the
 // error of fs[i] (a fenced-out attempt does not stop the others); the
 // returned error is the transaction's. Outcomes that settle the job take a
-// bulk path of four statements for the whole batch; the others are settled
-// one by one. A refused item has written nothing: its refusal is decided
-// before, or by, its conditional UPDATE, which aborts nothing.
+// bulk path of one statement for the whole batch (qSettleBulk); the others
+// are settled one by one. A batch of bulk outcomes only, none of whose jobs
+// has a webhook, is that one statement and nothing else (finishBulkOnly). A
+// refused item has written nothing: its refusal is decided before, or by,
+// its conditional UPDATE, which aborts nothing.
 func (s *Store) FinishMany(ctx context.Context, fs []Finished) (errs []error, err error) {
+	if !slices.ContainsFunc(fs, func(f Finished) bool { return !bulkSettles(f.Outcome) }) {
+		errs, done, err := s.finishBulkOnly(ctx, fs)
+		if err != nil || done {
+			return errs, err
+		}
+	}
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		errs = make([]error, len(fs))
 		now := s.now()
@@ -285,6 +314,40 @@ func (s *Store) FinishMany(ctx context.Context, fs []Finished) (errs []error, er
 		return settleBulk(ctx, tx, now, fs, bulk, errs)
 	})
 	return errs, err
+}
+
+// finishBulkOnly settles fs, whose outcomes all take the bulk path, in one
+// statement outside an explicit transaction (one round trip instead of
+// BEGIN, the statement and COMMIT): qSettleBulk guarded, so that it writes
+// nothing when one of the jobs has a webhook, whose outbox row needs the
+// event id and is written by settleBulk in a transaction. done false means
+// exactly that: nothing was written, the caller settles fs its other way.
+func (s *Store) finishBulkOnly(ctx context.Context, fs []Finished) (errs []error, done bool, err error) {
+	errs = make([]error, len(fs))
+	idx := make([]int, len(fs))
+	for i := range idx {
+		idx[i] = i
+	}
+	b, err := newBulkBatch(fs, idx, errs)
+	if err != nil || len(b.jobs) == 0 {
+		return errs, err == nil, err
+	}
+	var (
+		settled []settledJob
+		hooked  bool
+	)
+	if err := s.retrying(ctx, func() error {
+		var err error
+		settled, hooked, err = b.run(ctx, s.pool, s.now(), true)
+		return err
+	}); err != nil {
+		return nil, false, err
+	}
+	if hooked {
+		return nil, false, nil
+	}
+	b.fence(fs, settled, errs)
+	return errs, true, nil
 }
 
 // finishTx is Finish inside a transaction.
@@ -316,16 +379,50 @@ func bulkSettles(o pipeline.Outcome) bool {
 	return false
 }
 
-// settleBulk is settle for many attempts at once: one fenced UPDATE of
-// every job (which takes their row locks), their events, their acks, and
-// the webhooks of the few jobs that have one. It writes exactly what settle
+// settlesLikeBulk says whether the bulk path writes for o exactly what
+// settle does, so Finish may take it: a bulk outcome without what only
+// settle records (an infrastructure failure's count, a next run time, a
+// reason in the event).
+func settlesLikeBulk(o pipeline.Outcome) bool {
+	return bulkSettles(o) && !o.Infra && o.NextRunAt.IsZero() && o.Reason == ""
+}
+
+// settleBulk is settle for many attempts at once: one statement
+// (qSettleBulk) that makes the fenced UPDATE of every job (which takes
+// their row locks), appends their events and acks their messages, then the
+// webhooks of the few jobs that have one. It writes exactly what settle
 // would.
 func settleBulk(ctx context.Context, tx pgx.Tx, now int64, fs []Finished, idx []int, errs []error) error {
-	var (
-		jobs, atts, sts, classes, codes, msgs, results, details []string
-		actions                                                 []int32
-		pos                                                     = map[string]int{}
-	)
+	b, err := newBulkBatch(fs, idx, errs)
+	if err != nil || len(b.jobs) == 0 {
+		return err
+	}
+	settled, _, err := b.run(ctx, tx, now, false)
+	if err != nil {
+		return err
+	}
+	b.fence(fs, settled, errs)
+	for _, j := range settled {
+		if err := enqueueWebhook(ctx, tx, now, j.hook, j.eventID, j.status); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bulkBatch is the arguments of qSettleBulk, one entry per attempt, and
+// where each came from in the caller's batch.
+type bulkBatch struct {
+	jobs, atts, sts, classes, codes, msgs, results, details []string
+	actions                                                 []int32
+	pos                                                     map[string]int
+}
+
+// newBulkBatch collects fs[idx...] for qSettleBulk. An item refused before
+// the database (a transition the table forbids, a job twice in the batch)
+// gets its error in errs and is left out.
+func newBulkBatch(fs []Finished, idx []int, errs []error) (*bulkBatch, error) {
+	b := &bulkBatch{pos: map[string]int{}}
 	for _, i := range idx {
 		f := fs[i]
 		if err := pipeline.CheckTransition(pipeline.StatusRunning, f.Outcome.Status); err != nil {
@@ -338,76 +435,102 @@ func settleBulk(ctx context.Context, tx pgx.Tx, now int64, fs []Finished, idx []
 		}
 		d, err := json.Marshal(detail)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if _, twice := pos[f.Lease.JobID]; twice {
+		if _, twice := b.pos[f.Lease.JobID]; twice {
 			errs[i] = fmt.Errorf("%w: job %s is twice in one batch", pipeline.ErrInvalidInput, f.Lease.JobID)
 			continue
 		}
-		pos[f.Lease.JobID] = i
-		jobs, atts, sts = append(jobs, f.Lease.JobID), append(atts, f.Lease.AttemptID), append(sts, string(f.Outcome.Status))
-		classes, codes, msgs = append(classes, string(f.Outcome.ErrorClass)), append(codes, f.Outcome.ErrorCode), append(msgs, f.Outcome.ErrorMessage)
-		results, details = append(results, f.Outcome.ResultKey), append(details, string(d))
-		actions = append(actions, int32(boolInt(f.Outcome.RequiresAction)))
+		b.pos[f.Lease.JobID] = i
+		b.jobs, b.atts, b.sts = append(b.jobs, f.Lease.JobID), append(b.atts, f.Lease.AttemptID), append(b.sts, string(f.Outcome.Status))
+		b.classes, b.codes, b.msgs = append(b.classes, string(f.Outcome.ErrorClass)), append(b.codes, f.Outcome.ErrorCode), append(b.msgs, f.Outcome.ErrorMessage)
+		b.results, b.details = append(b.results, f.Outcome.ResultKey), append(b.details, string(d))
+		b.actions = append(b.actions, int32(boolInt(f.Outcome.RequiresAction)))
 	}
-	if len(jobs) == 0 {
-		return nil
-	}
-	done := map[string]webhookJob{}
-	if err := eachRow(tx.Query(ctx, `UPDATE jobs SET status = u.status, status_changed_at = $1, updated_at = $1,
+	return b, nil
+}
+
+// qSettleBulk settles a bulkBatch in one statement: upd is the fenced
+// UPDATE of every job, ev their status events in batch order, del the acks
+// of their messages. With $11 true it is guarded: when one of the jobs has
+// a webhook (webhook_url never changes once the job exists, so the read
+// cannot go stale) nothing is written and the first column says so; a
+// caller in a transaction passes false and writes the webhooks itself. The
+// rows are the settled jobs in batch order, after a first row that is there
+// even when none was settled (NULLs after the first column); only a job
+// with a webhook has its event id (what its delivery needs). As in
+// claimCTEs, the rows are also named by "= ANY(…)" so that the planner
+// reaches them by key; the settled ids are compared in queue_messages.job_id's
+// collation (jobs.id's is "C"), or the index on job_id does not apply and
+// the DELETE reads the whole table.
+const qSettleBulk = `WITH u AS (
+	SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int[], $10::text[])
+		WITH ORDINALITY AS u(job, att, status, class, code, msg, result, action, detail, n)
+), hooks AS (
+	SELECT $11::bool AND EXISTS (SELECT 1 FROM jobs WHERE id = ANY($2::text[]) AND webhook_url <> '') AS found
+), upd AS (
+	UPDATE jobs SET status = u.status, status_changed_at = $1, updated_at = $1,
 		next_run_at = NULL, lease_owner = NULL, lease_expires_at = NULL, requires_action = u.action,
 		last_error_class = u.class, last_error_code = u.code, last_error_message = u.msg,
 		result_key = coalesce(nullif(u.result, ''), jobs.result_key), infra_since = NULL
-		FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int[])
-			AS u(job, att, status, class, code, msg, result, action)
-		WHERE jobs.id = u.job AND jobs.attempt_id = u.att AND jobs.status = 'running' AND jobs.lease_expires_at > $1
-		RETURNING jobs.id, jobs.instance_id, jobs.webhook_url`, now, jobs, atts, sts, classes, codes, msgs, results, actions))(func(r pgx.Rows) error {
-		var hook webhookJob
-		if err := r.Scan(&hook.ID, &hook.InstanceID, &hook.URL); err != nil {
+	FROM u
+	WHERE jobs.id = u.job AND jobs.id = ANY($2::text[]) AND jobs.attempt_id = u.att AND jobs.status = 'running' AND jobs.lease_expires_at > $1
+	  AND NOT (SELECT found FROM hooks)
+	RETURNING jobs.id, jobs.instance_id, jobs.webhook_url, u.status, u.att, u.detail, u.n
+), ev AS (
+	INSERT INTO job_events (job_id, at, kind, from_status, to_status, attempt_id, detail_json)
+	SELECT upd.id, $1, 'status', 'running', upd.status, upd.att, upd.detail::json
+	FROM upd ORDER BY upd.n
+	RETURNING job_id, id
+), del AS (
+	DELETE FROM queue_messages WHERE job_id = ANY(ARRAY(SELECT id COLLATE "default" FROM upd))
+)
+SELECT hooks.found, upd.id, upd.instance_id, upd.webhook_url, upd.status,
+	CASE WHEN upd.webhook_url <> '' THEN (SELECT ev.id FROM ev WHERE ev.job_id = upd.id) END
+FROM hooks LEFT JOIN upd ON true
+ORDER BY upd.n`
+
+// settledJob is a job qSettleBulk settled; eventID is set only for a job
+// with a webhook.
+type settledJob struct {
+	hook    webhookJob
+	status  pipeline.Status
+	eventID int64
+}
+
+// run executes qSettleBulk (guarded or not) and returns the settled jobs in
+// batch order, and whether the guard stopped it.
+func (b *bulkBatch) run(ctx context.Context, q dbtx, now int64, guard bool) (settled []settledJob, hooked bool, err error) {
+	err = eachRow(q.Query(ctx, qSettleBulk, now, b.jobs, b.atts, b.sts, b.classes, b.codes, b.msgs, b.results, b.actions,
+		b.details, guard))(func(r pgx.Rows) error {
+		var (
+			id, instanceID, url, status *string
+			eventID                     *int64
+		)
+		if err := r.Scan(&hooked, &id, &instanceID, &url, &status, &eventID); err != nil || id == nil {
 			return err
 		}
-		done[hook.ID] = hook
+		j := settledJob{hook: webhookJob{ID: *id, InstanceID: str(instanceID), URL: str(url)}, status: pipeline.Status(str(status))}
+		if eventID != nil {
+			j.eventID = *eventID
+		}
+		settled = append(settled, j)
 		return nil
-	}); err != nil {
-		return err
+	})
+	return settled, hooked, err
+}
+
+// fence gives every attempt of b that qSettleBulk did not settle its
+// *pipeline.FenceError.
+func (b *bulkBatch) fence(fs []Finished, settled []settledJob, errs []error) {
+	done := make(map[string]bool, len(settled))
+	for _, j := range settled {
+		done[j.hook.ID] = true
 	}
-	var evJobs, evSts, evAtts, evDetails, acked []string
-	for k, id := range jobs {
-		if _, ok := done[id]; !ok {
-			i := pos[id]
+	for _, id := range b.jobs {
+		if !done[id] {
+			i := b.pos[id]
 			errs[i] = &pipeline.FenceError{JobID: id, AttemptID: fs[i].Lease.AttemptID, Op: "finish"}
-			continue
-		}
-		evJobs, evSts, evAtts, evDetails = append(evJobs, id), append(evSts, sts[k]), append(evAtts, atts[k]), append(evDetails, details[k])
-		acked = append(acked, id)
-	}
-	if len(acked) == 0 {
-		return nil
-	}
-	evIDs := map[string]int64{}
-	if err := eachRow(tx.Query(ctx, `INSERT INTO job_events (job_id, at, kind, from_status, to_status, attempt_id, detail_json)
-		SELECT e.job, $1, 'status', 'running', e.status, e.att, e.detail::json
-		FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS e(job, status, att, detail, n)
-		ORDER BY e.n RETURNING job_id, id`, now, evJobs, evSts, evAtts, evDetails))(func(r pgx.Rows) error {
-		var job string
-		var id int64
-		if err := r.Scan(&job, &id); err != nil {
-			return err
-		}
-		evIDs[job] = id
-		return nil
-	}); err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM queue_messages WHERE job_id = ANY($1::text[])`, acked); err != nil {
-		return err
-	}
-	for k, id := range evJobs {
-		if hook := done[id]; hook.URL != "" {
-			if err := enqueueWebhook(ctx, tx, now, hook, evIDs[id], pipeline.Status(evSts[k])); err != nil {
-				return err
-			}
 		}
 	}
-	return nil
 }
