@@ -209,6 +209,12 @@ func (s *Store) putMultipart(ctx context.Context, client *uploadClient, key stri
 	if err := ctx.Err(); err != nil {
 		return uploaded{}, err
 	}
+	return s.complete(ctx, client, objKey, uploadID, parts, src, createOnly)
+}
+
+// complete completes a multipart upload whose parts are all stored, with
+// the full-object CRC64NVME of everything src yielded.
+func (s *Store) complete(ctx context.Context, client *uploadClient, objKey, uploadID *string, parts []types.CompletedPart, src *hashingReader, createOnly bool) (uploaded, error) {
 	slices.SortFunc(parts, func(a, b types.CompletedPart) int { return int(aws.ToInt32(a.PartNumber) - aws.ToInt32(b.PartNumber)) })
 	in := &awss3.CompleteMultipartUploadInput{
 		Bucket:            &s.bucket,
