@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minio/crc64nvme"
+
 	"edgepipe/pipeline"
 	"edgepipe/storage/storagetest"
 )
@@ -159,8 +161,15 @@ type fakeS3 struct {
 }
 
 func (f fakeS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	_, _ = io.Copy(io.Discard, r.Body)
+	h := crc64nvme.New()
+	_, _ = io.Copy(h, r.Body)
 	crc := r.Header.Get("X-Amz-Checksum-Crc64nvme")
+	// Like a real server, refuse a body whose bytes are not the checksum
+	// sent with them (a part buffer reused while its request still reads it).
+	if op := s3Op(r); (op == "UploadPart" || op == "PutObject") && crc != "" && crc != crcHeader(h.Sum64()) {
+		s3Error(w, r, http.StatusBadRequest, "BadDigest")
+		return
+	}
 	if f.storedCRC != "" && crc != "" {
 		crc = f.storedCRC
 	}
