@@ -788,6 +788,27 @@ func TestJoinTrustsClipsItMade(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
+		{"replaced by a copy with its size and time", func(t *testing.T, clip, _ string) {
+			// Only the file's identity tells this one apart.
+			fi, err := os.Stat(clip)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(clip)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmp := clip + ".copy"
+			if err := os.WriteFile(tmp, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chtimes(tmp, fi.ModTime(), fi.ModTime()); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, clip); err != nil {
+				t.Fatal(err)
+			}
+		}},
 	}
 	for i, c := range changes {
 		t.Run(c.name, func(t *testing.T) {
@@ -832,4 +853,28 @@ func TestJoinTrustsClipsItMade(t *testing.T) {
 			t.Fatalf("refusing clips it made ran ffprobe %d times", n)
 		}
 	})
+}
+
+// TestTrustIsPerGeometry: a clip made by one geometry's Renderer is unknown
+// to another's (Factory's renderers share nothing else), so it is probed
+// and refused for its size rather than trusted.
+func TestTrustIsPerGeometry(t *testing.T) {
+	needFFmpeg(t)
+	t.Parallel()
+	base := newTestRenderer(t, nil)
+	other, err := base.withGeometry(testWidth*2, testHeight*2, testFPS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ctx := context.Background()
+	clip := filepath.Join(dir, "base.mov")
+	if err := base.SceneFromImage(ctx, getFixtures(t).image, "", 400, "", clip); err != nil {
+		t.Fatal(err)
+	}
+	_, err = other.checkClips(ctx, []string{clip})
+	var me *ClipMismatchError
+	if !errors.As(err, &me) || me.Field != "video size" {
+		t.Fatalf("a clip of %dx%d checked by a %dx%d renderer: %v, want a video size mismatch", testWidth, testHeight, testWidth*2, testHeight*2, err)
+	}
 }

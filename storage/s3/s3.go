@@ -425,6 +425,11 @@ type hashingReader struct {
 	h   hash.Hash
 	crc hash.Hash64
 	n   int64
+	// eof is set when the source itself said io.EOF, exactly: the only
+	// clean end of a stream. io.ReadFull reports a short final read as
+	// io.ErrUnexpectedEOF, which is also what a source that broke off
+	// returns (a dropped HTTP body), so the end is read from here.
+	eof bool
 }
 
 func newHashingReader(ctx context.Context, r io.Reader) *hashingReader {
@@ -439,6 +444,9 @@ func (r *hashingReader) Read(p []byte) (int, error) {
 	r.h.Write(p[:n])
 	r.crc.Write(p[:n])
 	r.n += int64(n)
+	if err == io.EOF { //nolint:errorlint // only the bare sentinel is a clean end; a wrapped EOF is a failure
+		r.eof = true
+	}
 	return n, err
 }
 
@@ -525,8 +533,9 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts pipeline.
 // too few of them), on a context that outlives the put's: the put fails,
 // and a failed put leaves no object. The delete is conditional on the ETag the put got back, so it
 // never removes what another writer stored under key since; a server that
-// refuses conditional deletes (501, or 400 for an unknown header) gets the
-// plain delete, as before such deletes existed.
+// does not implement conditional deletes (501, or the NotImplemented code)
+// gets the plain delete, as before such deletes existed. Any other refusal
+// leaves the object, logged: it may be another writer's.
 func (s *Store) deleteBad(ctx context.Context, key, etag string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.AbortTimeout)
 	defer cancel()
@@ -535,7 +544,7 @@ func (s *Store) deleteBad(ctx context.Context, key, etag string) {
 		in.IfMatch = aws.String(etag)
 	}
 	_, err := s.client.DeleteObject(ctx, in)
-	if st := httpStatus(err); err != nil && in.IfMatch != nil && (st == http.StatusNotImplemented || st == http.StatusBadRequest) {
+	if err != nil && in.IfMatch != nil && (httpStatus(err) == http.StatusNotImplemented || apiCode(err) == "NotImplemented") {
 		in.IfMatch = nil
 		_, err = s.client.DeleteObject(ctx, in)
 	}

@@ -507,3 +507,57 @@ func TestPutBoundsItsParts(t *testing.T) {
 		t.Errorf("two puts mapped %d part buffers, want at most %d (reused)", made, most)
 	}
 }
+
+// wrappedErr wraps its reader's errors the way pipeline's sourceReader does
+// (an Unwrap-able error type), so errors.Is sees through it.
+type wrappedErr struct{ err error }
+
+func (e *wrappedErr) Error() string { return "source: " + e.err.Error() }
+func (e *wrappedErr) Unwrap() error { return e.err }
+
+// truncatedReader yields n bytes of r and then fails with err: an HTTP body
+// cut short (net/http reports io.ErrUnexpectedEOF), a truncated gzip stream.
+type truncatedReader struct {
+	r   io.Reader
+	n   int64
+	err error
+}
+
+func (t *truncatedReader) Read(p []byte) (int, error) {
+	if t.n <= 0 {
+		return 0, t.err
+	}
+	if int64(len(p)) > t.n {
+		p = p[:t.n]
+	}
+	n, err := t.r.Read(p)
+	t.n -= int64(n)
+	return n, err
+}
+
+// TestPutSourceFailureIsNotEOF: a source that fails with io.ErrUnexpectedEOF
+// (or an error wrapping io.EOF / io.ErrUnexpectedEOF) has not ended: the put
+// must fail, with the source's error, and store nothing.
+func TestPutSourceFailureIsNotEOF(t *testing.T) {
+	t.Parallel()
+	for _, size := range []int64{smallSize, multipartSize} {
+		for _, srcErr := range []error{io.ErrUnexpectedEOF, &wrappedErr{io.ErrUnexpectedEOF}, fmt.Errorf("read body: %w", io.EOF)} {
+			t.Run(fmt.Sprintf("%d/%v", size, srcErr), func(t *testing.T) {
+				t.Parallel()
+				p := newS3Proxy(t, fakeS3{}, nil)
+				s := proxiedStore(t, p.URL, nil)
+				r := &truncatedReader{r: storagetest.Stream(7, size), n: size, err: srcErr}
+				info, err := s.Put(t.Context(), "k", r, pipeline.PutOptions{CreateOnly: true})
+				if err == nil || !errors.Is(err, srcErr) {
+					t.Fatalf("Put of a source that failed with %v = %+v, %v; want the source's error", srcErr, info, err)
+				}
+				if got := len(p.ops("PutObject")) + len(p.ops("CompleteMultipartUpload")); got != 0 {
+					t.Errorf("%d object-creating requests sent for a failed source, want 0", got)
+				}
+				if size == multipartSize && len(p.ops("AbortMultipartUpload")) != 1 {
+					t.Errorf("the failed multipart put was not aborted")
+				}
+			})
+		}
+	}
+}

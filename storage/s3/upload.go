@@ -93,10 +93,10 @@ func (s *Store) upload(ctx context.Context, key string, src *hashingReader, cont
 	}
 	n, err := io.ReadFull(src, first)
 	switch {
-	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+	case src.eof: // the whole stream fits in one part (ReadFull said EOF, ErrUnexpectedEOF or nil)
 		defer s.parts.put(first)
 		return s.putSingle(ctx, client, key, first[:n], src, contentType, createOnly)
-	case err != nil:
+	case err != nil: // the source failed, whatever it wraps
 		s.parts.put(first)
 		return uploaded{}, err
 	}
@@ -190,15 +190,15 @@ func (s *Store) putMultipart(ctx context.Context, client *uploadClient, key stri
 			readErr = fmt.Errorf("the object is larger than %d parts of %d MiB (EDGEPIPE_S3_PART_SIZE_MIB)", maxParts, s.cfg.PartSizeMiB)
 			break
 		}
-		if n > 0 {
+		if n > 0 && (err == nil || src.eof) {
 			send(num, buf, n)
 		} else {
 			s.parts.put(buf)
 		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		if src.eof {
 			break
 		}
-		if err != nil {
+		if err != nil { // the source failed, whatever it wraps: abort, store nothing
 			readErr = err
 			break
 		}
