@@ -3,6 +3,8 @@ package sqlite
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 
 	"edgepipe/pipeline"
 )
@@ -80,4 +82,56 @@ func enqueueWebhook(ctx context.Context, tx *wtx, now int64, j webhookJob, event
 	_, err = tx.ExecContext(ctx, `INSERT INTO webhook_outbox (job_id, event_id, url, payload_json, next_attempt_at, created_at)
 		VALUES (?, ?, ?, ?, ?, ?)`, j.ID, eventID, j.URL, string(payload), now, now)
 	return err
+}
+
+// statusEvent is one status event of a batch (claims, bulk settles).
+type statusEvent struct {
+	job, attemptID string
+	from, to       pipeline.Status
+	detail         string // JSON, built in Go
+}
+
+// eventChunks are the row counts of the multi-row event inserts: a batch is
+// cut greedily into these sizes, so the statement cache holds five texts
+// instead of one per batch size, and a 500-job batch takes eight statements.
+// 128 rows bind 641 parameters, under SQLite's oldest limit of 999.
+var eventChunks = [...]int{128, 64, 16, 4, 1}
+
+// eventInserts[i] is the INSERT of eventChunks[i] rows: ?1 is the time,
+// each row binds job, from, to, attempt and detail.
+var eventInserts = func() (qs [len(eventChunks)]string) {
+	for i, n := range eventChunks {
+		var b strings.Builder
+		b.WriteString(`INSERT INTO job_events (job_id, at, kind, from_status, to_status, attempt_id, detail_json) VALUES `)
+		for r := range n {
+			if r > 0 {
+				b.WriteByte(',')
+			}
+			p := 2 + 5*r
+			fmt.Fprintf(&b, "(?%d, ?1, 'status', ?%d, ?%d, ?%d, ?%d)", p, p+1, p+2, p+3, p+4)
+		}
+		qs[i] = b.String()
+	}
+	return qs
+}()
+
+// insertStatusEvents appends evs, in order, as a few multi-row inserts.
+func insertStatusEvents(ctx context.Context, tx *wtx, now int64, evs []statusEvent) error {
+	args := make([]any, 0, 1+5*eventChunks[0])
+	for len(evs) > 0 {
+		c := 0
+		for eventChunks[c] > len(evs) {
+			c++
+		}
+		n := eventChunks[c]
+		args = append(args[:0], now)
+		for _, e := range evs[:n] {
+			args = append(args, e.job, string(e.from), string(e.to), e.attemptID, e.detail)
+		}
+		if _, err := tx.ExecContext(ctx, eventInserts[c], args...); err != nil {
+			return err
+		}
+		evs = evs[n:]
+	}
+	return nil
 }

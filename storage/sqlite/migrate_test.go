@@ -93,13 +93,31 @@ func TestMigration0005BackfillsInstanceIDs(t *testing.T) {
 	if _, err := old.ExecContext(ctx, `UPDATE jobs SET attempts = 1 WHERE id = 'v1-done'`); err == nil {
 		t.Fatal("fixture: a terminal job changed at schema 4")
 	}
-	old.Close()
-
-	s := openTest(t, path, nil) // applies 0005 and every later migration
+	// 0005 alone: the triggers it dropped for the backfill are back as
+	// they were (0010 replaces two of them later; checked below by what
+	// they refuse).
 	ms, err := loadMigrations()
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := old.ExecContext(ctx, ms[4].SQL); err != nil {
+		t.Fatalf("%s: %v", ms[4].Name, err)
+	}
+	if _, err := old.ExecContext(ctx, `INSERT INTO schema_migrations VALUES (?, ?, 0)`, ms[4].Version, ms[4].Name); err != nil {
+		t.Fatal(err)
+	}
+	at5 := schemaSQL(t, old, "trigger")
+	for name, text := range triggersBefore {
+		if at5[name] != text {
+			t.Errorf("trigger %s changed by the migration:\nbefore %s\nafter  %s", name, text, at5[name])
+		}
+	}
+	if _, ok := at5["jobs_instance_id_required"]; !ok {
+		t.Error("no jobs_instance_id_required trigger")
+	}
+	old.Close()
+
+	s := openTest(t, path, nil) // applies every later migration
 	if v, err := s.SchemaVersion(ctx); err != nil || v != len(ms) || v < 5 {
 		t.Fatalf("schema version %d, %v; want %d", v, err, len(ms))
 	}
@@ -108,15 +126,6 @@ func TestMigration0005BackfillsInstanceIDs(t *testing.T) {
 		if err != nil || j.ID != tc.id || j.InstanceID != tc.id {
 			t.Fatalf("%s's %s after migration: %+v, %v", tc.tenant, tc.id, j, err)
 		}
-	}
-	after := schemaSQL(t, s.read, "trigger")
-	for name, text := range triggersBefore {
-		if after[name] != text {
-			t.Errorf("trigger %s changed by the migration:\nbefore %s\nafter  %s", name, text, after[name])
-		}
-	}
-	if _, ok := after["jobs_instance_id_required"]; !ok {
-		t.Error("no jobs_instance_id_required trigger")
 	}
 	if idx := schemaSQL(t, s.read, "index"); idx["jobs_tenant_instance"] == "" {
 		t.Errorf("no jobs_tenant_instance index: %v", slices.Sorted(maps.Keys(idx)))
@@ -144,4 +153,30 @@ func tenantJob(tenant, instanceID, key string) pipeline.NewJob {
 	nj := newJob(pipeline.JobKey(tenant, instanceID))
 	nj.InstanceID, nj.Tenant, nj.IdempotencyKey = instanceID, tenant, key
 	return nj
+}
+
+// jobs_guard (0010) refuses an update of a terminal job as terminal, whatever
+// the update: status to any other (a refused transition too) or the same,
+// or another column. translate makes it pipeline.ErrTerminal.
+func TestJobsGuardRefusesTerminalFirst(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, "", nil)
+	for _, from := range []pipeline.Status{pipeline.StatusSucceeded, pipeline.StatusFailed, pipeline.StatusCanceled} {
+		id := "v1-guard-" + string(from)
+		if _, err := s.write.ExecContext(ctx, `INSERT INTO jobs (id, instance_id, tenant, operation, idempotency_key,
+			request_fingerprint, input_json, workflow_version, queue, status, status_changed_at, created_at, updated_at)
+			VALUES (?, ?, 't', 'op', ?, 'fp', '{}', 'v1', 'render-v1', ?, 0, 0, 0)`, id, id, id, string(from)); err != nil {
+			t.Fatal(err)
+		}
+		updates := []string{`UPDATE jobs SET attempts = 9 WHERE id = ?`}
+		for _, to := range pipeline.AllStatuses {
+			updates = append(updates, `UPDATE jobs SET status = '`+string(to)+`' WHERE id = ?`)
+		}
+		for _, q := range updates {
+			if _, err := s.write.ExecContext(ctx, q, id); !errors.Is(translate(err), pipeline.ErrTerminal) {
+				t.Errorf("%s: %s: %v, want ErrTerminal", from, q, err)
+			}
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"edgepipe/pipeline"
@@ -104,12 +105,13 @@ type candidate struct {
 	nextRun    sql.NullInt64
 }
 
-// claimArg is one job to claim, as the claim statements read it (JSON).
+// claimArg is one job to claim: its message, the status it is claimed
+// from, and the delivery the claim makes.
 type claimArg struct {
-	JobID      string `json:"j"`
-	MsgID      int64  `json:"m"`
-	From       string `json:"f"`
-	Deliveries int    `json:"d"`
+	JobID      string
+	MsgID      int64
+	From       string
+	Deliveries int
 }
 
 // fetchCandidates reads one page of visible messages with their jobs'
@@ -213,13 +215,50 @@ func (s *Store) triage(ctx context.Context, tx *wtx, now int64, queue string, ca
 	return claims, nil
 }
 
+// claimColumns are what a claim returns: what an attempt reads of its job
+// (see pipeline.Claimed). The rest of the row is the same for every claim
+// (status, lease) or not the worker's business, and is not decoded.
+const claimColumns = `id, instance_id, tenant, operation, workflow_version, queue, status_changed_at, created_at,
+	attempts, attempt_id, input_json, frozen_input_json, infra_failures, infra_since, cancel_requested_at, webhook_url, trace_parent`
+
+// scanClaimed reads claimColumns into a job leased to owner until leaseExp
+// at now.
+func scanClaimed(r rowScanner, now int64, owner string, leaseExp int64) (pipeline.Job, error) {
+	var (
+		j                         pipeline.Job
+		statusAt, createdAt       int64
+		attemptID, traceParent    sql.NullString
+		frozen                    sql.NullString
+		input                     string
+		infraSince, cancelRequest sql.NullInt64
+	)
+	if err := r.Scan(&j.ID, &j.InstanceID, &j.Tenant, &j.Operation, &j.Version, &j.Queue, &statusAt, &createdAt,
+		&j.Attempts, &attemptID, &input, &frozen, &j.InfraFailures, &infraSince, &cancelRequest, &j.WebhookURL, &traceParent); err != nil {
+		return pipeline.Job{}, translate(err)
+	}
+	j.Status = pipeline.StatusRunning
+	j.StatusChangedAt, j.CreatedAt, j.UpdatedAt = fromMS(statusAt), fromMS(createdAt), fromMS(now)
+	j.AttemptID, j.LeaseOwner, j.LeaseExpiresAt = attemptID.String, owner, fromMS(leaseExp)
+	j.Input = json.RawMessage(input)
+	if frozen.Valid {
+		j.FrozenInput = json.RawMessage(frozen.String)
+	}
+	j.InfraSince, j.CancelRequestedAt = timeOf(infraSince), timeOf(cancelRequest)
+	j.TraceParent = traceParent.String
+	return j, nil
+}
+
 // claimJobs claims the triaged jobs in bulk — a handful of statements per
 // batch instead of several per job — and returns those it got.
 func claimJobs(ctx context.Context, tx *wtx, now int64, owner string, leaseExp int64, claims []claimArg) ([]pipeline.Claimed, error) {
 	if len(claims) == 0 {
 		return nil, nil
 	}
-	arg, err := json.Marshal(claims)
+	ids := make([]string, len(claims))
+	for i, c := range claims {
+		ids[i] = c.JobID
+	}
+	arg, err := json.Marshal(ids)
 	if err != nil {
 		return nil, err
 	}
@@ -231,15 +270,15 @@ func claimJobs(ctx context.Context, tx *wtx, now int64, owner string, leaseExp i
 		status_changed_at = CASE WHEN status = 'running' THEN status_changed_at ELSE ?1 END,
 		updated_at = ?1, attempts = attempts + 1, next_run_at = NULL,
 		attempt_id = 'att_' || lower(hex(randomblob(12))), lease_owner = ?2, lease_expires_at = ?3
-		WHERE id IN (SELECT value ->> 'j' FROM json_each(?4))
+		WHERE id IN (SELECT value FROM json_each(?4))
 		  AND (+status IN ('pending','retry_wait') OR (+status = 'running' AND lease_expires_at <= ?1))
-		RETURNING `+jobColumns, now, owner, leaseExp, string(arg))
+		RETURNING `+claimColumns, now, owner, leaseExp, string(arg))
 	if err != nil {
 		return nil, err
 	}
-	claimed := map[string]pipeline.Job{}
+	claimed := make(map[string]pipeline.Job, len(claims))
 	for rows.Next() {
-		j, err := scanJob(rows)
+		j, err := scanClaimed(rows, now, owner, leaseExp)
 		if err != nil {
 			rows.Close()
 			return nil, err
@@ -250,21 +289,16 @@ func claimJobs(ctx context.Context, tx *wtx, now int64, owner string, leaseExp i
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE queue_messages SET delivery_count = delivery_count + 1,
-		visible_at = ?, last_delivered_at = ? WHERE id IN (SELECT value ->> 'm' FROM json_each(?))
-		AND job_id IN (SELECT id FROM jobs WHERE id = queue_messages.job_id AND lease_expires_at = ? AND lease_owner = ?)`,
-		leaseExp, now, string(arg), leaseExp, owner); err != nil {
+	if len(claimed) == 0 {
+		return nil, nil
+	}
+	ownerJSON, err := json.Marshal(owner)
+	if err != nil {
 		return nil, err
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO job_events (job_id, at, kind, from_status, to_status, attempt_id, detail_json)
-		SELECT j.id, ?1, 'status', f.value ->> 'f', 'running', j.attempt_id,
-		       json_object('attempt', j.attempts, 'owner', ?2, 'delivery', f.value ->> 'd')
-		FROM json_each(?3) AS f JOIN jobs AS j ON j.id = f.value ->> 'j'
-		WHERE j.lease_owner = ?2 AND j.lease_expires_at = ?4 AND j.updated_at = ?1
-		ORDER BY f.key`, now, owner, string(arg), leaseExp); err != nil {
-		return nil, err
-	}
-	var out []pipeline.Claimed
+	out := make([]pipeline.Claimed, 0, len(claimed))
+	msgs := make([]int64, 0, len(claimed))
+	evs := make([]statusEvent, 0, len(claimed))
 	for _, c := range claims {
 		j, ok := claimed[c.JobID]
 		if !ok {
@@ -276,6 +310,23 @@ func claimJobs(ctx context.Context, tx *wtx, now int64, owner string, leaseExp i
 			MessageID:  c.MsgID,
 			Deliveries: c.Deliveries,
 		})
+		msgs = append(msgs, c.MsgID)
+		evs = append(evs, statusEvent{job: j.ID, attemptID: j.AttemptID, from: pipeline.Status(c.From), to: pipeline.StatusRunning,
+			detail: `{"attempt":` + strconv.Itoa(j.Attempts) + `,"owner":` + string(ownerJSON) + `,"delivery":` + strconv.Itoa(c.Deliveries) + `}`})
+	}
+	// Only the claimed jobs' messages: a delivery is counted for a claim
+	// that happened, and each message hides until its lease expires.
+	msgArg, err := json.Marshal(msgs)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE queue_messages SET delivery_count = delivery_count + 1,
+		visible_at = ?1, last_delivered_at = ?2 WHERE id IN (SELECT value FROM json_each(?3))`,
+		leaseExp, now, string(msgArg)); err != nil {
+		return nil, err
+	}
+	if err := insertStatusEvents(ctx, tx, now, evs); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"edgepipe/pipeline"
 )
@@ -138,114 +139,155 @@ func (s *Store) FinishMany(ctx context.Context, fs []Finished) (errs []error, er
 }
 
 // bulkSettles says whether an outcome can take the bulk path: it settles the
-// job (no message to reschedule, no dead letter to write).
+// job (no message to reschedule, no dead letter to write) and is not an
+// infrastructure failure (settle counts those in infra_failures).
 func bulkSettles(o pipeline.Outcome) bool {
 	switch o.Status {
 	case pipeline.StatusSucceeded, pipeline.StatusFailed, pipeline.StatusCanceled, pipeline.StatusNeedsReview:
-		return true
+		return !o.Infra
 	}
 	return false
 }
 
-// settleBulk is settle for many attempts at once, in four statements: the
-// fenced UPDATE of every job, the events, the acks, and the webhooks of the
-// few jobs that have one. It writes exactly what settle would.
+// settleBulk is settle for many attempts at once, in a handful of
+// statements whatever the batch size: one fenced UPDATE … FROM json_each of
+// every job, their events as multi-row inserts, one delete of their
+// messages, and the webhooks of the few jobs that have one. It writes
+// exactly what settle would.
 func (s *Store) settleBulk(ctx context.Context, tx *wtx, now int64, fs []Finished, idx []int, errs []error) error {
 	if len(idx) == 0 {
 		return nil
 	}
 	type item struct {
-		Job, Attempt, Status, ErrClass, ErrCode, ErrMsg string
-		ResultKey                                       *string
-		RequiresAction                                  int
-		Detail                                          string
+		Job            string  `json:"j"`
+		Attempt        string  `json:"a"`
+		Status         string  `json:"s"`
+		ErrClass       string  `json:"c"`
+		ErrCode        string  `json:"e"`
+		ErrMsg         string  `json:"m"`
+		ResultKey      *string `json:"k"`
+		RequiresAction int     `json:"r"`
 	}
+	type lease struct{ job, attempt string }
 	items := make([]item, 0, len(idx))
+	of := make([]int, 0, len(idx)) // items[k] finishes fs[of[k]]
+	seen := make(map[lease]bool, len(idx))
 	for _, i := range idx {
 		f := fs[i]
 		if err := pipeline.CheckTransition(pipeline.StatusRunning, f.Outcome.Status); err != nil {
 			errs[i] = err
 			continue
 		}
-		detail := map[string]any{"attempt": f.Lease.Attempt}
-		if f.Outcome.ErrorCode != "" {
-			detail["error_code"] = f.Outcome.ErrorCode
+		l := lease{f.Lease.JobID, f.Lease.AttemptID}
+		if seen[l] {
+			// The same attempt finished twice in one batch: the first
+			// settles the job and the second finds it settled, as with
+			// two Finish calls (one statement would pick either).
+			errs[i] = pipeline.SettleRefused(l.job, pipeline.StatusRunning, l.attempt)
+			continue
 		}
-		d, err := json.Marshal(detail)
-		if err != nil {
-			return err
-		}
-		it := item{Job: f.Lease.JobID, Attempt: f.Lease.AttemptID, Status: string(f.Outcome.Status),
+		seen[l] = true
+		it := item{Job: l.job, Attempt: l.attempt, Status: string(f.Outcome.Status),
 			ErrClass: string(f.Outcome.ErrorClass), ErrCode: f.Outcome.ErrorCode, ErrMsg: f.Outcome.ErrorMessage,
-			RequiresAction: boolInt(f.Outcome.RequiresAction), Detail: string(d)}
+			RequiresAction: boolInt(f.Outcome.RequiresAction)}
 		if f.Outcome.ResultKey != "" {
 			it.ResultKey = &f.Outcome.ResultKey
 		}
 		items = append(items, it)
+		of = append(of, i)
+	}
+	if len(items) == 0 {
+		return nil
 	}
 	arg, err := json.Marshal(items)
 	if err != nil {
 		return err
 	}
-	// One prepared UPDATE per job: an UPDATE … FROM json_each lets the
-	// planner scan jobs in the outer loop, which is far slower.
-	done := map[string]webhookJob{}
-	for _, it := range items {
+	// The batch drives the join and jobs is reached through its primary
+	// key per element: the unary + keeps the planner off jobs_status and
+	// jobs_tenant_running, through which it would match the whole batch
+	// against every running job (TestWriteQueryPlansUseIndexes holds the
+	// plan to it). The fence is per row: a lost lease leaves its job alone.
+	rows, err := tx.QueryContext(ctx, `UPDATE jobs SET status = f.value ->> 's', status_changed_at = ?1, updated_at = ?1,
+		next_run_at = NULL, lease_owner = NULL, lease_expires_at = NULL, requires_action = f.value ->> 'r',
+		last_error_class = f.value ->> 'c', last_error_code = f.value ->> 'e', last_error_message = f.value ->> 'm',
+		result_key = coalesce(f.value ->> 'k', jobs.result_key), infra_since = NULL
+		FROM json_each(?2) AS f
+		WHERE jobs.id = f.value ->> 'j' AND jobs.attempt_id = f.value ->> 'a' AND +jobs.status = 'running' AND +jobs.lease_expires_at > ?1
+		RETURNING jobs.id, jobs.attempt_id, jobs.instance_id, jobs.webhook_url`, now, string(arg))
+	if err != nil {
+		return err
+	}
+	done := make(map[lease]webhookJob, len(items))
+	for rows.Next() {
 		var hook webhookJob
-		err := tx.QueryRowContext(ctx, `UPDATE jobs SET status = ?1, status_changed_at = ?2, updated_at = ?2,
-			next_run_at = NULL, lease_owner = NULL, lease_expires_at = NULL, requires_action = ?3,
-			last_error_class = ?4, last_error_code = ?5, last_error_message = ?6, result_key = coalesce(?7, result_key),
-			infra_since = NULL
-			WHERE id = ?8 AND attempt_id = ?9 AND status = 'running' AND lease_expires_at > ?2
-			RETURNING id, instance_id, webhook_url`, it.Status, now, it.RequiresAction, it.ErrClass, it.ErrCode, it.ErrMsg,
-			it.ResultKey, it.Job, it.Attempt).Scan(&hook.ID, &hook.InstanceID, &hook.URL)
-		if errors.Is(err, sql.ErrNoRows) {
+		var attempt string
+		if err := rows.Scan(&hook.ID, &attempt, &hook.InstanceID, &hook.URL); err != nil {
+			rows.Close()
+			return err
+		}
+		done[lease{hook.ID, attempt}] = hook
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	evs := make([]statusEvent, 0, len(done))
+	ids := make([]string, 0, len(done))
+	for k, it := range items {
+		i := of[k]
+		if _, ok := done[lease{it.Job, it.Attempt}]; !ok {
+			errs[i] = pipeline.SettleRefused(it.Job, pipeline.StatusRunning, it.Attempt)
 			continue
 		}
+		d, err := attemptDetail(fs[i].Outcome, fs[i].Lease.Attempt)
 		if err != nil {
 			return err
 		}
-		done[hook.ID] = hook
+		evs = append(evs, statusEvent{job: it.Job, attemptID: it.Attempt, from: pipeline.StatusRunning,
+			to: pipeline.Status(it.Status), detail: d})
+		ids = append(ids, it.Job)
 	}
-	for _, i := range idx {
-		if errs[i] == nil {
-			if _, ok := done[fs[i].Lease.JobID]; !ok {
-				errs[i] = &pipeline.FenceError{JobID: fs[i].Lease.JobID, AttemptID: fs[i].Lease.AttemptID, Op: "finish"}
-			}
-		}
-	}
-	if len(done) == 0 {
+	if len(evs) == 0 {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO job_events (job_id, at, kind, from_status, to_status, attempt_id, detail_json)
-		SELECT f.value ->> 'Job', ?1, 'status', 'running', f.value ->> 'Status', f.value ->> 'Attempt', f.value ->> 'Detail'
-		FROM json_each(?2) AS f JOIN jobs AS j ON j.id = f.value ->> 'Job' AND j.updated_at = ?1
-		  AND j.status = f.value ->> 'Status' AND j.attempt_id = f.value ->> 'Attempt'
-		ORDER BY f.key`, now, string(arg)); err != nil {
+	if err := insertStatusEvents(ctx, tx, now, evs); err != nil {
 		return err
 	}
-	ids := make([]string, 0, len(done))
-	for id := range done {
-		ids = append(ids, id)
+	idArg, err := json.Marshal(ids)
+	if err != nil {
+		return err
 	}
-	idArg, _ := json.Marshal(ids)
 	if _, err := tx.ExecContext(ctx, `DELETE FROM queue_messages WHERE job_id IN (SELECT value FROM json_each(?))`, string(idArg)); err != nil {
 		return err
 	}
-	for _, it := range items {
-		hook, ok := done[it.Job]
-		if !ok || hook.URL == "" {
+	for _, e := range evs {
+		hook := done[lease{e.job, e.attemptID}]
+		if hook.URL == "" {
 			continue
 		}
 		var evID int64
-		if err := tx.QueryRowContext(ctx, `SELECT max(id) FROM job_events WHERE job_id = ?`, it.Job).Scan(&evID); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT max(id) FROM job_events WHERE job_id = ?`, e.job).Scan(&evID); err != nil {
 			return err
 		}
-		if err := enqueueWebhook(ctx, tx, now, hook, evID, pipeline.Status(it.Status)); err != nil {
+		if err := enqueueWebhook(ctx, tx, now, hook, evID, e.to); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// attemptDetail is the detail settle records for an attempt's outcome
+// (Outcome.EventDetail with the attempt), without a map for the common
+// case of an outcome that adds nothing.
+func attemptDetail(o pipeline.Outcome, attempt int) (string, error) {
+	d := o.EventDetail(nil)
+	if len(d) == 0 {
+		return `{"attempt":` + strconv.Itoa(attempt) + `}`, nil
+	}
+	d["attempt"] = attempt
+	b, err := json.Marshal(d)
+	return string(b), err
 }
 
 // Release gives a job back without counting the attempt as failed (a worker

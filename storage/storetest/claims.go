@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -130,4 +131,77 @@ func testReleaseKeepsInfraRun(t *testing.T, h *Harness) {
 	if j, _ := s.GetJob(ctx, "v1-infra"); !j.InfraSince.IsZero() || j.InfraFailures != 1 {
 		t.Fatalf("after a failure of the job's own: infra_since %v failures %d; want the run ended, the count kept", j.InfraSince, j.InfraFailures)
 	}
+}
+
+// A claim carries what an attempt reads of its job (pipeline.Claimed lists
+// it) exactly as the job reads afterwards: on a first claim, on a claim
+// after an infrastructure retry (input frozen, cancel requested, the infra
+// run started), and on a takeover of an expired lease.
+func testClaimCarriesWhatAttemptsRead(t *testing.T, h *Harness) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := pipeline.NewManualClock(t0)
+	s := h.open(t, clock)
+	nj := newJob("v1-reads")
+	nj.WebhookURL = "https://hooks.example.test/reads"
+	nj.TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	mustCreate(t, s, nj)
+	check := func(step string, c pipeline.Claimed) {
+		t.Helper()
+		j, err := s.GetJob(ctx, c.Job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := c.Job
+		for _, f := range []struct {
+			name      string
+			got, want any
+		}{
+			{"ID", g.ID, j.ID}, {"InstanceID", g.InstanceID, j.InstanceID}, {"Tenant", g.Tenant, j.Tenant},
+			{"Operation", g.Operation, j.Operation}, {"Version", g.Version, j.Version}, {"Queue", g.Queue, j.Queue},
+			{"Status", g.Status, j.Status}, {"AttemptID", g.AttemptID, j.AttemptID}, {"Attempts", g.Attempts, j.Attempts},
+			{"LeaseOwner", g.LeaseOwner, j.LeaseOwner}, {"Input", string(g.Input), string(j.Input)},
+			{"FrozenInput", string(g.FrozenInput), string(j.FrozenInput)}, {"InfraFailures", g.InfraFailures, j.InfraFailures},
+			{"WebhookURL", g.WebhookURL, j.WebhookURL}, {"TraceParent", g.TraceParent, j.TraceParent},
+			{"lease attempt id", c.Lease.AttemptID, j.AttemptID}, {"lease attempt", c.Lease.Attempt, j.Attempts},
+		} {
+			if f.got != f.want {
+				t.Errorf("%s: claimed %s %v, stored %v", step, f.name, f.got, f.want)
+			}
+		}
+		for _, f := range []struct {
+			name      string
+			got, want time.Time
+		}{
+			{"LeaseExpiresAt", g.LeaseExpiresAt, j.LeaseExpiresAt}, {"UpdatedAt", g.UpdatedAt, j.UpdatedAt},
+			{"StatusChangedAt", g.StatusChangedAt, j.StatusChangedAt}, {"CreatedAt", g.CreatedAt, j.CreatedAt},
+			{"InfraSince", g.InfraSince, j.InfraSince}, {"CancelRequestedAt", g.CancelRequestedAt, j.CancelRequestedAt},
+			{"lease expiry", c.Lease.ExpiresAt, j.LeaseExpiresAt},
+		} {
+			if !f.got.Equal(f.want) {
+				t.Errorf("%s: claimed %s %v, stored %v", step, f.name, f.got, f.want)
+			}
+		}
+	}
+	first := fetchOne(t, s, "render-v1", "w1")
+	check("first claim", first)
+	if _, err := s.FreezeInput(ctx, first.Lease, json.RawMessage(`{"frozen":true}`), 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RequestCancel(ctx, "", "v1-reads"); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	if err := s.Finish(ctx, first.Lease, pipeline.Outcome{Status: pipeline.StatusRetryWait, NextRunAt: clock.Now().Add(time.Minute),
+		ErrorClass: pipeline.ClassTransient, ErrorCode: "object_store_error", Infra: true}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Minute)
+	second := fetchOne(t, s, "render-v1", "w2")
+	check("after an infrastructure retry", second)
+	if second.Job.InfraFailures != 1 || second.Job.InfraSince.IsZero() || second.Job.CancelRequestedAt.IsZero() || len(second.Job.FrozenInput) == 0 {
+		t.Fatalf("fixture: the second claim's job is not what it should be: %+v", second.Job)
+	}
+	clock.Advance(2 * time.Minute) // the lease (one minute) expired
+	check("takeover of an expired lease", fetchOne(t, s, "render-v1", "w3"))
 }

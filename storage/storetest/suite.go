@@ -8,6 +8,7 @@ var suite = []struct {
 	fn   func(*testing.T, *Harness)
 }{
 	{"ClaimTakesOverDeadCleanup", testClaimTakesOverDeadCleanup},
+	{"ClaimCarriesWhatAttemptsRead", testClaimCarriesWhatAttemptsRead},
 	{"ClaimTakesOverDeadSweep", testClaimTakesOverDeadSweep},
 	{"ReleaseKeepsInfraRun", testReleaseKeepsInfraRun},
 	{"ListDeadLettersLimit", testListDeadLettersLimit},
