@@ -149,6 +149,57 @@ func bulkSettles(o pipeline.Outcome) bool {
 	return false
 }
 
+// bulkItem is one outcome of a bulk settle, as the statement reads it from
+// its JSON batch.
+type bulkItem struct {
+	Job            string  `json:"j"`
+	Attempt        string  `json:"a"`
+	Status         string  `json:"s"`
+	ErrClass       string  `json:"c"`
+	ErrCode        string  `json:"e"`
+	ErrMsg         string  `json:"m"`
+	ResultKey      *string `json:"k"`
+	RequiresAction int     `json:"r"`
+}
+
+// bulkLease names an attempt in a bulk settle.
+type bulkLease struct{ job, attempt string }
+
+// bulkItems turns the outcomes fs[idx] into the bulk statement's batch:
+// items[k] finishes fs[of[k]]. An outcome refused before the statement
+// (not a transition from running, or the same attempt twice in the batch)
+// gets its error in errs instead.
+func bulkItems(fs []Finished, idx []int, errs []error) (items []bulkItem, of []int) {
+	items = make([]bulkItem, 0, len(idx))
+	of = make([]int, 0, len(idx))
+	seen := make(map[bulkLease]bool, len(idx))
+	for _, i := range idx {
+		f := fs[i]
+		if err := pipeline.CheckTransition(pipeline.StatusRunning, f.Outcome.Status); err != nil {
+			errs[i] = err
+			continue
+		}
+		l := bulkLease{f.Lease.JobID, f.Lease.AttemptID}
+		if seen[l] {
+			// The same attempt finished twice in one batch: the first
+			// settles the job and the second finds it settled, as with
+			// two Finish calls (one statement would pick either).
+			errs[i] = pipeline.SettleRefused(l.job, pipeline.StatusRunning, l.attempt)
+			continue
+		}
+		seen[l] = true
+		it := bulkItem{Job: l.job, Attempt: l.attempt, Status: string(f.Outcome.Status),
+			ErrClass: string(f.Outcome.ErrorClass), ErrCode: f.Outcome.ErrorCode, ErrMsg: f.Outcome.ErrorMessage,
+			RequiresAction: boolInt(f.Outcome.RequiresAction)}
+		if f.Outcome.ResultKey != "" {
+			it.ResultKey = &f.Outcome.ResultKey
+		}
+		items = append(items, it)
+		of = append(of, i)
+	}
+	return items, of
+}
+
 // settleBulk is settle for many attempts at once, in a handful of
 // statements whatever the batch size: one fenced UPDATE … FROM json_each of
 // every job, their events as multi-row inserts, one delete of their
@@ -158,44 +209,7 @@ func (s *Store) settleBulk(ctx context.Context, tx *wtx, now int64, fs []Finishe
 	if len(idx) == 0 {
 		return nil
 	}
-	type item struct {
-		Job            string  `json:"j"`
-		Attempt        string  `json:"a"`
-		Status         string  `json:"s"`
-		ErrClass       string  `json:"c"`
-		ErrCode        string  `json:"e"`
-		ErrMsg         string  `json:"m"`
-		ResultKey      *string `json:"k"`
-		RequiresAction int     `json:"r"`
-	}
-	type lease struct{ job, attempt string }
-	items := make([]item, 0, len(idx))
-	of := make([]int, 0, len(idx)) // items[k] finishes fs[of[k]]
-	seen := make(map[lease]bool, len(idx))
-	for _, i := range idx {
-		f := fs[i]
-		if err := pipeline.CheckTransition(pipeline.StatusRunning, f.Outcome.Status); err != nil {
-			errs[i] = err
-			continue
-		}
-		l := lease{f.Lease.JobID, f.Lease.AttemptID}
-		if seen[l] {
-			// The same attempt finished twice in one batch: the first
-			// settles the job and the second finds it settled, as with
-			// two Finish calls (one statement would pick either).
-			errs[i] = pipeline.SettleRefused(l.job, pipeline.StatusRunning, l.attempt)
-			continue
-		}
-		seen[l] = true
-		it := item{Job: l.job, Attempt: l.attempt, Status: string(f.Outcome.Status),
-			ErrClass: string(f.Outcome.ErrorClass), ErrCode: f.Outcome.ErrorCode, ErrMsg: f.Outcome.ErrorMessage,
-			RequiresAction: boolInt(f.Outcome.RequiresAction)}
-		if f.Outcome.ResultKey != "" {
-			it.ResultKey = &f.Outcome.ResultKey
-		}
-		items = append(items, it)
-		of = append(of, i)
-	}
+	items, of := bulkItems(fs, idx, errs)
 	if len(items) == 0 {
 		return nil
 	}
@@ -218,7 +232,7 @@ func (s *Store) settleBulk(ctx context.Context, tx *wtx, now int64, fs []Finishe
 	if err != nil {
 		return err
 	}
-	done := make(map[lease]webhookJob, len(items))
+	done := make(map[bulkLease]webhookJob, len(items))
 	for rows.Next() {
 		var hook webhookJob
 		var attempt string
@@ -226,7 +240,7 @@ func (s *Store) settleBulk(ctx context.Context, tx *wtx, now int64, fs []Finishe
 			rows.Close()
 			return err
 		}
-		done[lease{hook.ID, attempt}] = hook
+		done[bulkLease{hook.ID, attempt}] = hook
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -236,7 +250,7 @@ func (s *Store) settleBulk(ctx context.Context, tx *wtx, now int64, fs []Finishe
 	ids := make([]string, 0, len(done))
 	for k, it := range items {
 		i := of[k]
-		if _, ok := done[lease{it.Job, it.Attempt}]; !ok {
+		if _, ok := done[bulkLease{it.Job, it.Attempt}]; !ok {
 			errs[i] = pipeline.SettleRefused(it.Job, pipeline.StatusRunning, it.Attempt)
 			continue
 		}
@@ -248,6 +262,13 @@ func (s *Store) settleBulk(ctx context.Context, tx *wtx, now int64, fs []Finishe
 			to: pipeline.Status(it.Status), detail: d})
 		ids = append(ids, it.Job)
 	}
+	return recordSettled(ctx, tx, now, evs, ids, done)
+}
+
+// recordSettled writes what a bulk settle leaves besides the job rows: the
+// status events evs, the deletion of the settled jobs' (ids) queue
+// messages, and a webhook delivery for each job in done that has one.
+func recordSettled(ctx context.Context, tx *wtx, now int64, evs []statusEvent, ids []string, done map[bulkLease]webhookJob) error {
 	if len(evs) == 0 {
 		return nil
 	}
@@ -262,7 +283,7 @@ func (s *Store) settleBulk(ctx context.Context, tx *wtx, now int64, fs []Finishe
 		return err
 	}
 	for _, e := range evs {
-		hook := done[lease{e.job, e.attemptID}]
+		hook := done[bulkLease{e.job, e.attemptID}]
 		if hook.URL == "" {
 			continue
 		}
