@@ -3,9 +3,10 @@ package sqliteceiling
 import (
 	"context"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
+
+	"edgepipe/internal/burndown"
 )
 
 // BenchmarkCeiling has the shape of storage/sqlite's BenchmarkBurnDown:
@@ -39,71 +40,22 @@ func BenchmarkCeiling(b *testing.B) {
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "jobs/s")
 }
 
+// burn runs the burn-down loop on q until n jobs are done.
 func burn(ctx context.Context, b *testing.B, q *Queue, workers, n int) int {
-	const owner, fetchBatch, completeBatch = "bench", 200, 500
-	work := make(chan Lease, 2*fetchBatch)
-	completions := make(chan Lease, 2*fetchBatch)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for l := range work {
-				completions <- l
-			}
-		})
-	}
-	completed := make(chan int)
-	go func() { // batching completer
-		total := 0
-		pending := make([]Lease, 0, completeBatch)
-		flush := func() {
-			if len(pending) == 0 {
-				return
-			}
-			k, err := q.Done(ctx, owner, pending, time.Now().UnixMilli())
+	const owner = "bench"
+	return burndown.Run(ctx, b, n, workers,
+		func(ctx context.Context, max int) ([]Lease, error) {
+			now := time.Now().UnixMilli()
+			return q.Claim(ctx, owner, max, now, now+time.Minute.Milliseconds())
+		},
+		func(l Lease) Lease { return l },
+		func(ctx context.Context, batch []Lease) int {
+			k, err := q.Done(ctx, owner, batch, time.Now().UnixMilli())
 			if err != nil {
 				b.Error(err)
 			}
-			total += k
-			pending = pending[:0]
-		}
-		for l := range completions {
-			pending = append(pending, l)
-		drain:
-			for len(pending) < completeBatch {
-				select {
-				case l, ok := <-completions:
-					if !ok {
-						break drain
-					}
-					pending = append(pending, l)
-				default:
-					break drain
-				}
-			}
-			flush()
-		}
-		flush()
-		completed <- total
-	}()
-	for fetched := 0; fetched < n; {
-		now := time.Now().UnixMilli()
-		ls, err := q.Claim(ctx, owner, fetchBatch, now, now+time.Minute.Milliseconds())
-		if err != nil {
-			b.Fatal(err)
-		}
-		if len(ls) == 0 {
-			time.Sleep(time.Millisecond)
-			continue
-		}
-		fetched += len(ls)
-		for _, l := range ls {
-			work <- l
-		}
-	}
-	close(work)
-	wg.Wait()
-	close(completions)
-	return <-completed
+			return k
+		})
 }
 
 // A completion whose lease is no longer the job's (another attempt took

@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
+	"edgepipe/internal/burndown"
 	"edgepipe/pipeline"
 )
 
@@ -65,79 +65,29 @@ func burnDown(b *testing.B, workers int) {
 	b.ReportMetric(float64(n)/insertDur.Seconds(), "inserts/s")
 }
 
-// burn runs the producer → workers → completer loop until n jobs completed.
+// burn runs the burn-down loop on s until n jobs completed.
 func burn(ctx context.Context, b *testing.B, s *Store, workers, n int) int {
-	const fetchBatch = 200
-	const completeBatch = 500
-	work := make(chan pipeline.Claimed, 2*fetchBatch)
-	completions := make(chan Finished, 2*fetchBatch)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for c := range work {
-				completions <- Finished{Lease: c.Lease, Outcome: pipeline.Outcome{Status: pipeline.StatusSucceeded}}
-			}
-		}()
-	}
-	completed := make(chan int)
-	go func() { // batching completer
-		total := 0
-		pending := make([]Finished, 0, completeBatch)
-		flush := func() {
-			if len(pending) == 0 {
-				return
-			}
-			errs, err := s.FinishMany(ctx, pending)
+	return burndown.Run(ctx, b, n, workers,
+		func(ctx context.Context, max int) ([]pipeline.Claimed, error) {
+			cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "bench", Max: max, LeaseFor: time.Minute})
+			return cs, err
+		},
+		func(c pipeline.Claimed) Finished {
+			return Finished{Lease: c.Lease, Outcome: pipeline.Outcome{Status: pipeline.StatusSucceeded}}
+		},
+		func(ctx context.Context, batch []Finished) int {
+			errs, err := s.FinishMany(ctx, batch)
 			if err != nil {
 				b.Error(err)
 			}
+			done := 0
 			for _, e := range errs {
 				if e != nil {
 					b.Error(e)
 				} else {
-					total++
+					done++
 				}
 			}
-			pending = pending[:0]
-		}
-		for f := range completions {
-			pending = append(pending, f)
-		drain:
-			for len(pending) < completeBatch {
-				select {
-				case f, ok := <-completions:
-					if !ok {
-						break drain
-					}
-					pending = append(pending, f)
-				default:
-					break drain
-				}
-			}
-			flush()
-		}
-		flush()
-		completed <- total
-	}()
-	fetched := 0
-	for fetched < n {
-		cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "bench", Max: fetchBatch, LeaseFor: time.Minute})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if len(cs) == 0 {
-			time.Sleep(time.Millisecond)
-			continue
-		}
-		fetched += len(cs)
-		for _, c := range cs {
-			work <- c
-		}
-	}
-	close(work)
-	wg.Wait()
-	close(completions)
-	return <-completed
+			return done
+		})
 }
