@@ -242,7 +242,7 @@ func TestStartupAndPing(t *testing.T) {
 	}
 }
 
-// TestDigestAtPartBoundaries: whichever way the transfer manager splits a
+// TestDigestAtPartBoundaries: whichever way the uploader splits a
 // stream (one PutObject, a one-part upload when the stream is exactly one
 // part, several parts), the object's sha256 is stored where other clients
 // can read it, and no data is rewritten to store it.
