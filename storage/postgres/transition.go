@@ -281,14 +281,15 @@ type Finished = pipeline.Finished
 // FinishMany finishes several attempts in one transaction (a batch
 // completer, like River's). Each result is independent: errs[i] is the
 // error of fs[i] (a fenced-out attempt does not stop the others); the
-// returned error is the transaction's. Outcomes that settle the job take a
-// bulk path of one statement for the whole batch (qSettleBulk); the others
-// are settled one by one. A batch of bulk outcomes only, none of whose jobs
+// returned error is the transaction's. Outcomes that settle the job, and
+// that the bulk statement records in full (settlesLikeBulk), take a bulk
+// path of one statement for the whole batch (qSettleBulk); the others are
+// settled one by one. A batch of bulk outcomes only, none of whose jobs
 // has a webhook, is that one statement and nothing else (finishBulkOnly). A
 // refused item has written nothing: its refusal is decided before, or by,
 // its conditional UPDATE, which aborts nothing.
 func (s *Store) FinishMany(ctx context.Context, fs []Finished) (errs []error, err error) {
-	if !slices.ContainsFunc(fs, func(f Finished) bool { return !bulkSettles(f.Outcome) }) {
+	if !slices.ContainsFunc(fs, func(f Finished) bool { return !settlesLikeBulk(f.Outcome) }) {
 		errs, done, err := s.finishBulkOnly(ctx, fs)
 		if err != nil || done {
 			return errs, err
@@ -299,7 +300,7 @@ func (s *Store) FinishMany(ctx context.Context, fs []Finished) (errs []error, er
 		now := s.now()
 		var bulk []int
 		for i, f := range fs {
-			if bulkSettles(f.Outcome) {
+			if settlesLikeBulk(f.Outcome) {
 				bulk = append(bulk, i)
 				continue
 			}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"edgepipe/pipeline"
 	"errors"
+	"fmt"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -99,6 +101,88 @@ func testFinishManyMixedBatch(t *testing.T, h *Harness) {
 	for _, id := range []string{"v1-m1", "v1-m2"} {
 		if n := countRows(t, s, `SELECT count(*) FROM webhook_outbox WHERE job_id = ? AND url = ?`, id, "https://hooks.example.test/"+id); n != 1 {
 			t.Errorf("no webhook delivery for the settled %s", id)
+		}
+	}
+}
+
+// FinishMany writes for every outcome exactly what Finish writes for it:
+// the same job row (status, error, result, the count and start of
+// infrastructure failures, whether it needs an operator) and the same
+// status event detail (error code, reason, waiting for infrastructure,
+// next run). Outcomes the bulk statement cannot express in full (an
+// infrastructure failure, a reason, a next run time) must not lose those
+// fields on the way.
+func testFinishManySettlesLikeFinish(t *testing.T, h *Harness) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := pipeline.NewManualClock(t0)
+	s := h.open(t, clock)
+	outcomes := []pipeline.Outcome{
+		{Status: pipeline.StatusSucceeded, ResultKey: "renders/v1/aa/same.mp4"},
+		{Status: pipeline.StatusFailed, ErrorClass: pipeline.ClassPermanent, ErrorCode: "bad_prompt", ErrorMessage: "refused"},
+		{Status: pipeline.StatusFailed, ErrorClass: pipeline.ClassTransient, ErrorCode: "object_store_error", ErrorMessage: "store down", Infra: true},
+		{Status: pipeline.StatusFailed, ErrorClass: pipeline.ClassPermanent, ErrorCode: "budget_exhausted", Reason: "infra_budget_exhausted"},
+		{Status: pipeline.StatusNeedsReview, ErrorClass: pipeline.ClassAmbiguous, ErrorCode: "provider_ambiguous", RequiresAction: true, Reason: "ambiguous_call"},
+		{Status: pipeline.StatusCanceled, ErrorCode: "canceled"},
+		{Status: pipeline.StatusRetryWait, ErrorClass: pipeline.ClassTransient, ErrorCode: "local_disk_error", Infra: true, NextRunAt: t0.Add(time.Minute)},
+	}
+	var ids []string
+	for i := range outcomes {
+		for _, side := range []string{"one", "many"} {
+			id := fmt.Sprintf("v1-%s%d", side, i)
+			mustCreate(t, s, newJob(id))
+			ids = append(ids, id)
+		}
+	}
+	cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: len(ids), LeaseFor: time.Minute})
+	if err != nil || len(cs) != len(ids) {
+		t.Fatalf("fetch %d, %v", len(cs), err)
+	}
+	leases := map[string]pipeline.Lease{}
+	for _, c := range cs {
+		leases[c.Job.ID] = c.Lease
+	}
+	clock.Advance(time.Second)
+	var many []pipeline.Finished
+	for i, o := range outcomes {
+		if err := s.Finish(ctx, leases[fmt.Sprintf("v1-one%d", i)], o); err != nil {
+			t.Fatalf("finish %d: %v", i, err)
+		}
+		many = append(many, pipeline.Finished{Lease: leases[fmt.Sprintf("v1-many%d", i)], Outcome: o})
+	}
+	errs, err := s.FinishMany(ctx, many)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a settle records, attempt ids and job ids aside.
+	type settled struct {
+		Status                     pipeline.Status
+		Class                      pipeline.ErrorClass
+		Code, Message, Result      string
+		RequiresAction             bool
+		InfraFailures              int
+		InfraSince, NextRun, Lease time.Time
+		Owner                      string
+		Detail                     map[string]any
+	}
+	read := func(id string) settled {
+		j, err := s.GetJob(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, d := lastStatusEvent(t, s, id)
+		delete(d, "attempt")
+		return settled{j.Status, j.LastErrorClass, j.LastErrorCode, j.LastErrorMessage, j.ResultKey, j.RequiresAction,
+			j.InfraFailures, j.InfraSince.UTC(), j.NextRunAt.UTC(), j.LeaseExpiresAt.UTC(), j.LeaseOwner, d}
+	}
+	for i, o := range outcomes {
+		if errs[i] != nil {
+			t.Errorf("FinishMany item %d (%s): %v", i, o.Status, errs[i])
+			continue
+		}
+		one, got := read(fmt.Sprintf("v1-one%d", i)), read(fmt.Sprintf("v1-many%d", i))
+		if !reflect.DeepEqual(one, got) {
+			t.Errorf("outcome %d (%s, infra %v, reason %q):\nFinish     wrote %+v\nFinishMany wrote %+v", i, o.Status, o.Infra, o.Reason, one, got)
 		}
 	}
 }

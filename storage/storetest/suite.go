@@ -99,6 +99,7 @@ var suite = []struct {
 	{"ListJobsVersionAndAge", testListJobsVersionAndAge},
 	{"FinishManyIsolatesFencedAttempts", testFinishManyIsolatesFencedAttempts},
 	{"FinishManyMixedBatch", testFinishManyMixedBatch},
+	{"FinishManySettlesLikeFinish", testFinishManySettlesLikeFinish},
 	{"InstanceIDsArePerTenant", testInstanceIDsArePerTenant},
 	{"TenantInstanceIDUniqueInDatabase", testTenantInstanceIDUniqueInDatabase},
 	{"WebhookPayloadCarriesInstanceID", testWebhookPayloadCarriesInstanceID},
