@@ -218,13 +218,15 @@ func (c Config) Validate() error {
 
 // Store is a pipeline.ObjectStore on an S3 bucket. Safe for concurrent use.
 type Store struct {
-	client  *awss3.Client
-	parts   *partPool
-	presign *awss3.PresignClient
-	bucket  string
-	prefix  string
-	cfg     Config
-	log     *slog.Logger
+	client *awss3.Client
+	parts  *partPool
+	// maxParts is the most parts a put may have: S3's limit, maxParts.
+	maxParts int
+	presign  *awss3.PresignClient
+	bucket   string
+	prefix   string
+	cfg      Config
+	log      *slog.Logger
 }
 
 var _ pipeline.ObjectStore = (*Store)(nil)
@@ -277,11 +279,12 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		client:  client,
 		presign: awss3.NewPresignClient(awss3.NewFromConfig(awsCfg, clientOpts(presignEndpoint))),
 		// Idle buffers for two puts at full concurrency.
-		parts:  newPartPool(int(partSize), 2*(cfg.Concurrency+1)),
-		bucket: cfg.Bucket,
-		prefix: cfg.Prefix,
-		cfg:    cfg,
-		log:    cfg.Logger,
+		parts:    newPartPool(int(partSize), 2*(cfg.Concurrency+1)),
+		maxParts: maxParts,
+		bucket:   cfg.Bucket,
+		prefix:   cfg.Prefix,
+		cfg:      cfg,
+		log:      cfg.Logger,
 	}
 	if cfg.CreateBucket {
 		if err := s.ensureBucket(ctx); err != nil {

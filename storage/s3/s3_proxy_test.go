@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -540,7 +541,7 @@ func (t *truncatedReader) Read(p []byte) (int, error) {
 // must fail, with the source's error, and store nothing.
 func TestPutSourceFailureIsNotEOF(t *testing.T) {
 	t.Parallel()
-	for _, size := range []int64{smallSize, multipartSize} {
+	for _, size := range []int64{smallSize, 5 << 20, multipartSize} {
 		for _, srcErr := range []error{io.ErrUnexpectedEOF, &wrappedErr{io.ErrUnexpectedEOF}, fmt.Errorf("read body: %w", io.EOF)} {
 			t.Run(fmt.Sprintf("%d/%v", size, srcErr), func(t *testing.T) {
 				t.Parallel()
@@ -557,7 +558,82 @@ func TestPutSourceFailureIsNotEOF(t *testing.T) {
 				if size == multipartSize && len(p.ops("AbortMultipartUpload")) != 1 {
 					t.Errorf("the failed multipart put was not aborted")
 				}
+				// A source that fails within its first two parts is found
+				// out before a multipart upload is created.
+				if size < multipartSize && len(p.ops("CreateMultipartUpload"))+len(p.ops("UploadPart")) != 0 {
+					t.Errorf("a %d-byte source that failed started a multipart upload", size)
+				}
 			})
 		}
+	}
+}
+
+// TestPutOfExactlyOnePart: an object of exactly one part size is one
+// PutObject, not a multipart upload of one part (three requests, and no
+// SHA-256 metadata); one byte more is a multipart upload of two parts.
+func TestPutOfExactlyOnePart(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		size              int64
+		puts, parts, done int
+	}{
+		{5 << 20, 1, 0, 0},
+		{5<<20 + 1, 0, 2, 1},
+		{10 << 20, 0, 2, 1},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprint(tc.size), func(t *testing.T) {
+			t.Parallel()
+			p := newS3Proxy(t, fakeS3{}, nil)
+			s := proxiedStore(t, p.URL, nil)
+			info, err := s.Put(t.Context(), "k", storagetest.Stream(3, tc.size), pipeline.PutOptions{CreateOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.Size != tc.size {
+				t.Errorf("stored %d bytes, want %d", info.Size, tc.size)
+			}
+			if got := []int{len(p.ops("PutObject")), len(p.ops("UploadPart")), len(p.ops("CompleteMultipartUpload"))}; !slices.Equal(got, []int{tc.puts, tc.parts, tc.done}) {
+				t.Errorf("PutObject, UploadPart, CompleteMultipartUpload = %v, want %v", got, []int{tc.puts, tc.parts, tc.done})
+			}
+			if made := s.parts.made.Load(); made > int64(s.cfg.Concurrency+1) {
+				t.Errorf("%d part buffers for one put, want at most %d", made, s.cfg.Concurrency+1)
+			}
+		})
+	}
+}
+
+// TestPutRefusesMorePartsThanS3Allows: S3 keeps at most 10000 parts per
+// upload (lowered to 3 here). An object that fills exactly the last part is
+// stored; one byte more fails before that part is sent, the upload is
+// aborted and nothing is stored.
+func TestPutRefusesMorePartsThanS3Allows(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		size int64
+		ok   bool
+	}{{15 << 20, true}, {15<<20 + 1, false}} {
+		t.Run(fmt.Sprint(tc.size), func(t *testing.T) {
+			t.Parallel()
+			p := newS3Proxy(t, fakeS3{}, nil)
+			s := proxiedStore(t, p.URL, nil)
+			s.maxParts = 3
+			_, err := s.Put(t.Context(), "k", storagetest.Stream(4, tc.size), pipeline.PutOptions{})
+			if tc.ok != (err == nil) {
+				t.Fatalf("Put of %d bytes in 5 MiB parts, at most 3 parts: %v", tc.size, err)
+			}
+			if got := len(p.ops("UploadPart")); got > 3 {
+				t.Errorf("%d parts sent, the limit is 3", got)
+			}
+			if tc.ok {
+				return
+			}
+			if !strings.Contains(err.Error(), "larger than 3 parts") {
+				t.Errorf("error %q does not name the part limit", err)
+			}
+			if len(p.ops("CompleteMultipartUpload")) != 0 || len(p.ops("AbortMultipartUpload")) != 1 {
+				t.Errorf("completed %d, aborted %d; want 0 and 1", len(p.ops("CompleteMultipartUpload")), len(p.ops("AbortMultipartUpload")))
+			}
+		})
 	}
 }

@@ -35,7 +35,8 @@ import (
 // reused"); a later Read gets io.EOF, never the buffer. Each retry of a part
 // builds a new request the same way, within the same UploadPart call.
 
-// maxParts is S3's limit of parts per multipart upload.
+// maxParts is S3's limit of parts per multipart upload (Store.maxParts,
+// which a test lowers).
 const maxParts = 10000
 
 // partPool recycles part buffers between puts. It keeps up to keep idle
@@ -78,7 +79,9 @@ type uploaded struct {
 }
 
 // upload stores everything src yields under the prefixed key: one PutObject
-// when src ends within the first part, else a multipart upload with up to
+// when src ends within the first part (an object of exactly one part
+// included: the second part is read before the multipart upload is created,
+// and an empty one means there is none), else a multipart upload with up to
 // Concurrency parts in flight, aborted (on a fresh context, so a canceled
 // put still removes its parts) if anything fails. Every request carries
 // the CRC64NVME of its bytes, and the object its full-object CRC64NVME; a
@@ -100,7 +103,30 @@ func (s *Store) upload(ctx context.Context, key string, src *hashingReader, cont
 		s.parts.put(first)
 		return uploaded{}, err
 	}
-	return s.putMultipart(ctx, client, key, first, src, contentType, createOnly)
+	second, err := s.parts.get()
+	if err != nil {
+		s.parts.put(first)
+		return uploaded{}, fmt.Errorf("part buffer: %w", err)
+	}
+	n, err = io.ReadFull(src, second)
+	if n == 0 && src.eof { // exactly one part
+		s.parts.put(second)
+		defer s.parts.put(first)
+		return s.putSingle(ctx, client, key, first, src, contentType, createOnly)
+	}
+	if err != nil && !src.eof { // the source failed: nothing was created
+		s.parts.put(first)
+		s.parts.put(second)
+		return uploaded{}, err
+	}
+	return s.putMultipart(ctx, client, key, first, read{second, n, err}, src, contentType, createOnly)
+}
+
+// read is a part buffer and what io.ReadFull from the source said of it.
+type read struct {
+	buf []byte
+	n   int
+	err error
 }
 
 func (s *Store) putSingle(ctx context.Context, client *uploadClient, key string, body []byte, src *hashingReader, contentType string, createOnly bool) (uploaded, error) {
@@ -124,7 +150,10 @@ func (s *Store) putSingle(ctx context.Context, client *uploadClient, key string,
 	return uploaded{etag: aws.ToString(out.ETag), crc: out.ChecksumCRC64NVME, crcType: out.ChecksumType}, nil
 }
 
-func (s *Store) putMultipart(ctx context.Context, client *uploadClient, key string, first []byte, src *hashingReader, contentType string, createOnly bool) (res uploaded, err error) {
+// putMultipart stores first, second and the rest of src as a multipart
+// upload; second is already read (upload needed it to tell a one-part
+// object from a larger one).
+func (s *Store) putMultipart(ctx context.Context, client *uploadClient, key string, first []byte, second read, src *hashingReader, contentType string, createOnly bool) (res uploaded, err error) {
 	objKey := aws.String(s.prefix + key)
 	created, err := client.CreateMultipartUpload(ctx, &awss3.CreateMultipartUploadInput{
 		Bucket:            &s.bucket,
@@ -135,6 +164,7 @@ func (s *Store) putMultipart(ctx context.Context, client *uploadClient, key stri
 	})
 	if err != nil {
 		s.parts.put(first)
+		s.parts.put(second.buf)
 		return uploaded{}, err
 	}
 	uploadID := created.UploadId
@@ -178,30 +208,34 @@ func (s *Store) putMultipart(ctx context.Context, client *uploadClient, key stri
 	}
 	send(1, first, len(first))
 	var readErr error
-	for num := int32(2); gctx.Err() == nil; num++ {
+	for num, r := int32(2), second; ; num++ {
+		if r.n > 0 && int(num) > s.maxParts {
+			s.parts.put(r.buf)
+			readErr = fmt.Errorf("the object is larger than %d parts of %d MiB (EDGEPIPE_S3_PART_SIZE_MIB)", s.maxParts, s.cfg.PartSizeMiB)
+			break
+		}
+		if r.n > 0 && (r.err == nil || src.eof) {
+			send(num, r.buf, r.n)
+		} else {
+			s.parts.put(r.buf)
+		}
+		if src.eof {
+			break
+		}
+		if r.err != nil { // the source failed, whatever it wraps: abort, store nothing
+			readErr = r.err
+			break
+		}
+		if gctx.Err() != nil { // a part failed: stop reading
+			break
+		}
 		buf, err := s.parts.get()
 		if err != nil {
 			readErr = fmt.Errorf("part buffer: %w", err)
 			break
 		}
 		n, err := io.ReadFull(src, buf)
-		if n > 0 && num > maxParts {
-			s.parts.put(buf)
-			readErr = fmt.Errorf("the object is larger than %d parts of %d MiB (EDGEPIPE_S3_PART_SIZE_MIB)", maxParts, s.cfg.PartSizeMiB)
-			break
-		}
-		if n > 0 && (err == nil || src.eof) {
-			send(num, buf, n)
-		} else {
-			s.parts.put(buf)
-		}
-		if src.eof {
-			break
-		}
-		if err != nil { // the source failed, whatever it wraps: abort, store nothing
-			readErr = err
-			break
-		}
+		r = read{buf, n, err}
 	}
 	if err := errors.Join(readErr, g.Wait()); err != nil {
 		return uploaded{}, err
