@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"edgepipe/pipeline"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -111,7 +112,9 @@ func testFinishManyMixedBatch(t *testing.T, h *Harness) {
 // status event detail (error code, reason, waiting for infrastructure,
 // next run). Outcomes the bulk statement cannot express in full (an
 // infrastructure failure, a reason, a next run time) must not lose those
-// fields on the way.
+// fields on the way, in a mixed batch or in a batch of one (the path of a
+// batch whose outcomes all settle the job); and what Finish writes is what
+// the outcome says (both could lose the same field).
 func testFinishManySettlesLikeFinish(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
@@ -128,7 +131,7 @@ func testFinishManySettlesLikeFinish(t *testing.T, h *Harness) {
 	}
 	var ids []string
 	for i := range outcomes {
-		for _, side := range []string{"one", "many"} {
+		for _, side := range []string{"one", "many", "solo"} {
 			id := fmt.Sprintf("v1-%s%d", side, i)
 			mustCreate(t, s, newJob(id))
 			ids = append(ids, id)
@@ -153,6 +156,14 @@ func testFinishManySettlesLikeFinish(t *testing.T, h *Harness) {
 	errs, err := s.FinishMany(ctx, many)
 	if err != nil {
 		t.Fatal(err)
+	}
+	soloErrs := make([]error, len(outcomes))
+	for i, o := range outcomes {
+		es, err := s.FinishMany(ctx, []pipeline.Finished{{Lease: leases[fmt.Sprintf("v1-solo%d", i)], Outcome: o}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		soloErrs[i] = es[0]
 	}
 	// What a settle records, attempt ids and job ids aside.
 	type settled struct {
@@ -183,6 +194,98 @@ func testFinishManySettlesLikeFinish(t *testing.T, h *Harness) {
 		one, got := read(fmt.Sprintf("v1-one%d", i)), read(fmt.Sprintf("v1-many%d", i))
 		if !reflect.DeepEqual(one, got) {
 			t.Errorf("outcome %d (%s, infra %v, reason %q):\nFinish     wrote %+v\nFinishMany wrote %+v", i, o.Status, o.Infra, o.Reason, one, got)
+		}
+		if soloErrs[i] != nil {
+			t.Errorf("FinishMany of item %d (%s) alone: %v", i, o.Status, soloErrs[i])
+		} else if solo := read(fmt.Sprintf("v1-solo%d", i)); !reflect.DeepEqual(one, solo) {
+			t.Errorf("outcome %d (%s, infra %v, reason %q):\nFinish               wrote %+v\nFinishMany (alone) wrote %+v", i, o.Status, o.Infra, o.Reason, one, solo)
+		}
+		// What the outcome says, whichever path Finish took.
+		want := map[string]any{}
+		if b, err := json.Marshal(o.EventDetail(nil)); err != nil || json.Unmarshal(b, &want) != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(one.Detail, want) {
+			t.Errorf("outcome %d (%s): Finish wrote event detail %v, want %v", i, o.Status, one.Detail, want)
+		}
+		wantInfra, wantSince := 0, time.Time{}
+		if o.Infra {
+			wantInfra, wantSince = 1, t0.Add(time.Second).UTC()
+		}
+		if one.InfraFailures != wantInfra || !one.InfraSince.Equal(wantSince) {
+			t.Errorf("outcome %d (%s, infra %v): Finish wrote infra failures %d since %v, want %d since %v",
+				i, o.Status, o.Infra, one.InfraFailures, one.InfraSince, wantInfra, wantSince)
+		}
+	}
+}
+
+// An attempt that settles a job ends its run of infrastructure failures
+// (infra_since cleared, the count kept), through FinishMany's bulk path as
+// through Finish: jobs that waited for infrastructure once, then succeed,
+// fail or are canceled.
+func testFinishManyEndsInfraRun(t *testing.T, h *Harness) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := pipeline.NewManualClock(t0)
+	s := h.open(t, clock)
+	outcomes := []pipeline.Outcome{
+		{Status: pipeline.StatusSucceeded, ResultKey: "renders/v1/aa/infra.mp4"},
+		{Status: pipeline.StatusFailed, ErrorClass: pipeline.ClassPermanent, ErrorCode: "bad_prompt"},
+		{Status: pipeline.StatusCanceled, ErrorCode: "canceled"},
+	}
+	var ids []string
+	for i := range outcomes {
+		for _, side := range []string{"one", "many"} {
+			id := fmt.Sprintf("v1-irun-%s%d", side, i)
+			mustCreate(t, s, newJob(id))
+			ids = append(ids, id)
+		}
+	}
+	fetchAll := func() map[string]pipeline.Lease {
+		t.Helper()
+		cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: len(ids), LeaseFor: time.Minute})
+		if err != nil || len(cs) != len(ids) {
+			t.Fatalf("fetch %d, %v", len(cs), err)
+		}
+		leases := map[string]pipeline.Lease{}
+		for _, c := range cs {
+			leases[c.Job.ID] = c.Lease
+		}
+		return leases
+	}
+	leases := fetchAll()
+	for _, id := range ids {
+		if err := s.Finish(ctx, leases[id], pipeline.Outcome{Status: pipeline.StatusRetryWait, NextRunAt: t0.Add(time.Minute),
+			ErrorClass: pipeline.ClassTransient, ErrorCode: "object_store_error", Infra: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(2 * time.Minute)
+	leases = fetchAll()
+	var many []pipeline.Finished
+	for i, o := range outcomes {
+		if err := s.Finish(ctx, leases[fmt.Sprintf("v1-irun-one%d", i)], o); err != nil {
+			t.Fatalf("finish %d: %v", i, err)
+		}
+		many = append(many, pipeline.Finished{Lease: leases[fmt.Sprintf("v1-irun-many%d", i)], Outcome: o})
+	}
+	errs, err := s.FinishMany(ctx, many)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range outcomes {
+		if errs[i] != nil {
+			t.Fatalf("FinishMany item %d (%s): %v", i, o.Status, errs[i])
+		}
+		for _, side := range []string{"one", "many"} {
+			j, err := s.GetJob(ctx, fmt.Sprintf("v1-irun-%s%d", side, i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.Status != o.Status || j.InfraFailures != 1 || !j.InfraSince.IsZero() {
+				t.Errorf("%s %d: status %s, %d infra failures since %v; want %s, 1 and the run ended (zero)",
+					side, i, j.Status, j.InfraFailures, j.InfraSince, o.Status)
+			}
 		}
 	}
 }

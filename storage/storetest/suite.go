@@ -100,6 +100,7 @@ var suite = []struct {
 	{"FinishManyIsolatesFencedAttempts", testFinishManyIsolatesFencedAttempts},
 	{"FinishManyMixedBatch", testFinishManyMixedBatch},
 	{"FinishManySettlesLikeFinish", testFinishManySettlesLikeFinish},
+	{"FinishManyEndsInfraRun", testFinishManyEndsInfraRun},
 	{"InstanceIDsArePerTenant", testInstanceIDsArePerTenant},
 	{"TenantInstanceIDUniqueInDatabase", testTenantInstanceIDUniqueInDatabase},
 	{"WebhookPayloadCarriesInstanceID", testWebhookPayloadCarriesInstanceID},
