@@ -139,12 +139,13 @@ func (s *Store) FinishMany(ctx context.Context, fs []Finished) (errs []error, er
 }
 
 // bulkSettles says whether an outcome can take the bulk path: it settles the
-// job (no message to reschedule, no dead letter to write) and is not an
-// infrastructure failure (settle counts those in infra_failures).
+// job (no message to reschedule, no dead letter to write), is not an
+// infrastructure failure (settle counts those in infra_failures) and has no
+// next run time (settle writes it; the bulk statement clears next_run_at).
 func bulkSettles(o pipeline.Outcome) bool {
 	switch o.Status {
 	case pipeline.StatusSucceeded, pipeline.StatusFailed, pipeline.StatusCanceled, pipeline.StatusNeedsReview:
-		return !o.Infra
+		return !o.Infra && o.NextRunAt.IsZero()
 	}
 	return false
 }

@@ -127,6 +127,9 @@ func testFinishManySettlesLikeFinish(t *testing.T, h *Harness) {
 		{Status: pipeline.StatusFailed, ErrorClass: pipeline.ClassPermanent, ErrorCode: "budget_exhausted", Reason: "infra_budget_exhausted"},
 		{Status: pipeline.StatusNeedsReview, ErrorClass: pipeline.ClassAmbiguous, ErrorCode: "provider_ambiguous", RequiresAction: true, Reason: "ambiguous_call"},
 		{Status: pipeline.StatusCanceled, ErrorCode: "canceled"},
+		// A next run time on a settled status is nothing the engine
+		// sends; whatever Finish makes of it, FinishMany makes the same.
+		{Status: pipeline.StatusFailed, ErrorClass: pipeline.ClassPermanent, ErrorCode: "bad_prompt", NextRunAt: t0.Add(time.Hour)},
 		{Status: pipeline.StatusRetryWait, ErrorClass: pipeline.ClassTransient, ErrorCode: "local_disk_error", Infra: true, NextRunAt: t0.Add(time.Minute)},
 	}
 	var ids []string
