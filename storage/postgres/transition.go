@@ -463,12 +463,16 @@ func newBulkBatch(fs []Finished, idx []int, errs []error) (*bulkBatch, error) {
 // claimCTEs, the rows are also named by "= ANY(…)" so that the planner
 // reaches them by key; the settled ids are compared in queue_messages.job_id's
 // collation (jobs.id's is "C"), or the index on job_id does not apply and
-// the DELETE reads the whole table.
+// the DELETE reads the whole table. The webhook guard looks each job up by
+// its key, one at a time (LIMIT 1 keeps the planner from turning it into a
+// join): as "id = ANY(…) AND webhook_url <> ''" a planner without
+// statistics read the whole jobs table on every settle
+// (TestSettlePlanWithoutStatistics).
 const qSettleBulk = `WITH u AS (
 	SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int[], $10::text[])
 		WITH ORDINALITY AS u(job, att, status, class, code, msg, result, action, detail, n)
 ), hooks AS (
-	SELECT $11::bool AND EXISTS (SELECT 1 FROM jobs WHERE id = ANY($2::text[]) AND webhook_url <> '') AS found
+	SELECT $11::bool AND EXISTS (SELECT 1 FROM u, LATERAL (SELECT 1 FROM jobs WHERE jobs.id = u.job AND jobs.webhook_url <> '' LIMIT 1) h) AS found
 ), upd AS (
 	UPDATE jobs SET status = u.status, status_changed_at = $1, updated_at = $1,
 		next_run_at = NULL, lease_owner = NULL, lease_expires_at = NULL, requires_action = u.action,
