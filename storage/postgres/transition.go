@@ -465,7 +465,7 @@ func newBulkBatch(fs []Finished, idx []int, errs []error) (*bulkBatch, error) {
 // collation (jobs.id's is "C"), or the index on job_id does not apply and
 // the DELETE reads the whole table. The webhook guard looks each job up by
 // its key, one at a time (LIMIT 1 keeps the planner from turning it into a
-// join): as "id = ANY(…) AND webhook_url <> ''" a planner without
+// join): written as id = ANY(…) with a filter on webhook_url, a planner without
 // statistics read the whole jobs table on every settle
 // (TestSettlePlanWithoutStatistics).
 const qSettleBulk = `WITH u AS (
