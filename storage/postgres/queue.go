@@ -337,7 +337,8 @@ func scanClaimed(r pgx.Row, owner string, leaseExp int64, pre ...any) (pipeline.
 // qFetchPlain is a Fetch without a tenant limit in one statement: cand
 // reads and locks up to Max visible messages, then their jobs (FOR UPDATE
 // SKIP LOCKED, as fetchCandidates does; a message whose job another
-// transaction holds is left for a later Fetch). The messages are taken
+// transaction holds is not claimed here: plain is then false, and the
+// transaction path, which locks before it limits, claims past it). The messages are taken
 // first, by themselves, so that the LIMIT cuts before the join whatever
 // the planner knows: on a table without statistics (a new database, a
 // burst since the last ANALYZE) the join-then-limit form was planned as
@@ -353,16 +354,19 @@ func scanClaimed(r pgx.Row, owner string, leaseExp int64, pre ...any) (pipeline.
 // there even when nothing was claimed; a row without a claim has NULLs
 // after the first column.
 // $5 queue, $6 Max, $7 MaxDeliveries, $8 Max fresh attempt ids.
-var qFetchPlain = `WITH cand AS MATERIALIZED (
+var qFetchPlain = `WITH msg AS MATERIALIZED (
+	SELECT id, visible_at, job_id, delivery_count FROM queue_messages
+	WHERE queue = $5 AND visible_at <= $1
+	ORDER BY visible_at, id LIMIT $6
+	FOR UPDATE SKIP LOCKED
+), cand AS MATERIALIZED (
 	SELECT m.id, m.visible_at, m.job_id, m.delivery_count, j.status, j.lease_expires_at, j.next_run_at
-	FROM (SELECT id, visible_at, job_id, delivery_count FROM queue_messages
-		WHERE queue = $5 AND visible_at <= $1
-		ORDER BY visible_at, id LIMIT $6
-		FOR UPDATE SKIP LOCKED) m
+	FROM msg m
 	JOIN LATERAL (SELECT status, lease_expires_at, next_run_at FROM jobs WHERE jobs.id = m.job_id
 		FOR UPDATE SKIP LOCKED) j ON true
 ), plain AS (
-	SELECT NOT EXISTS (SELECT 1 FROM cand WHERE NOT (cand.delivery_count < $7 AND (cand.status = 'pending'
+	SELECT (SELECT count(*) FROM cand) = (SELECT count(*) FROM msg)
+	AND NOT EXISTS (SELECT 1 FROM cand WHERE NOT (cand.delivery_count < $7 AND (cand.status = 'pending'
 		OR (cand.status = 'retry_wait' AND (cand.next_run_at IS NULL OR cand.next_run_at <= $1))
 		OR (cand.status = 'running' AND (cand.lease_expires_at IS NULL OR cand.lease_expires_at <= $1))))) AS ok
 ), claims AS (
