@@ -106,7 +106,7 @@ func TestPutReturnsEveryPartBuffer(t *testing.T) {
 			if tc.maxParts > 0 {
 				s.maxParts = tc.maxParts
 			}
-			var src io.Reader = storagetest.Stream(9, tc.size)
+			src := storagetest.Stream(9, tc.size)
 			if tc.srcErr != nil {
 				src = &truncatedReader{r: src, n: tc.size, err: tc.srcErr}
 			}
