@@ -132,22 +132,7 @@ func testFinishManySettlesLikeFinish(t *testing.T, h *Harness) {
 		{Status: pipeline.StatusFailed, ErrorClass: pipeline.ClassPermanent, ErrorCode: "bad_prompt", NextRunAt: t0.Add(time.Hour)},
 		{Status: pipeline.StatusRetryWait, ErrorClass: pipeline.ClassTransient, ErrorCode: "local_disk_error", Infra: true, NextRunAt: t0.Add(time.Minute)},
 	}
-	var ids []string
-	for i := range outcomes {
-		for _, side := range []string{"one", "many", "solo"} {
-			id := fmt.Sprintf("v1-%s%d", side, i)
-			mustCreate(t, s, newJob(id))
-			ids = append(ids, id)
-		}
-	}
-	cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: len(ids), LeaseFor: time.Minute})
-	if err != nil || len(cs) != len(ids) {
-		t.Fatalf("fetch %d, %v", len(cs), err)
-	}
-	leases := map[string]pipeline.Lease{}
-	for _, c := range cs {
-		leases[c.Job.ID] = c.Lease
-	}
+	leases := createFetched(t, s, "v1-", []string{"one", "many", "solo"}, len(outcomes))
 	clock.Advance(time.Second)
 	var many []pipeline.Finished
 	for i, o := range outcomes {
@@ -168,27 +153,7 @@ func testFinishManySettlesLikeFinish(t *testing.T, h *Harness) {
 		}
 		soloErrs[i] = es[0]
 	}
-	// What a settle records, attempt ids and job ids aside.
-	type settled struct {
-		Status                     pipeline.Status
-		Class                      pipeline.ErrorClass
-		Code, Message, Result      string
-		RequiresAction             bool
-		InfraFailures              int
-		InfraSince, NextRun, Lease time.Time
-		Owner                      string
-		Detail                     map[string]any
-	}
-	read := func(id string) settled {
-		j, err := s.GetJob(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, d := lastStatusEvent(t, s, id)
-		delete(d, "attempt")
-		return settled{j.Status, j.LastErrorClass, j.LastErrorCode, j.LastErrorMessage, j.ResultKey, j.RequiresAction,
-			j.InfraFailures, j.InfraSince.UTC(), j.NextRunAt.UTC(), j.LeaseExpiresAt.UTC(), j.LeaseOwner, d}
-	}
+	read := func(id string) settled { return readSettled(t, s, id) }
 	for i, o := range outcomes {
 		if errs[i] != nil {
 			t.Errorf("FinishMany item %d (%s): %v", i, o.Status, errs[i])
@@ -203,23 +168,81 @@ func testFinishManySettlesLikeFinish(t *testing.T, h *Harness) {
 		} else if solo := read(fmt.Sprintf("v1-solo%d", i)); !reflect.DeepEqual(one, solo) {
 			t.Errorf("outcome %d (%s, infra %v, reason %q):\nFinish               wrote %+v\nFinishMany (alone) wrote %+v", i, o.Status, o.Infra, o.Reason, one, solo)
 		}
-		// What the outcome says, whichever path Finish took.
-		want := map[string]any{}
-		if b, err := json.Marshal(o.EventDetail(nil)); err != nil || json.Unmarshal(b, &want) != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(one.Detail, want) {
-			t.Errorf("outcome %d (%s): Finish wrote event detail %v, want %v", i, o.Status, one.Detail, want)
-		}
-		wantInfra, wantSince := 0, time.Time{}
-		if o.Infra {
-			wantInfra, wantSince = 1, t0.Add(time.Second).UTC()
-		}
-		if one.InfraFailures != wantInfra || !one.InfraSince.Equal(wantSince) {
-			t.Errorf("outcome %d (%s, infra %v): Finish wrote infra failures %d since %v, want %d since %v",
-				i, o.Status, o.Infra, one.InfraFailures, one.InfraSince, wantInfra, wantSince)
+		checkSettledAsSaid(t, i, o, one, t0.Add(time.Second))
+	}
+}
+
+// settled is what a settle records of a job, attempt ids and job ids aside.
+type settled struct {
+	Status                     pipeline.Status
+	Class                      pipeline.ErrorClass
+	Code, Message, Result      string
+	RequiresAction             bool
+	InfraFailures              int
+	InfraSince, NextRun, Lease time.Time
+	Owner                      string
+	Detail                     map[string]any
+}
+
+func readSettled(t *testing.T, s *env, id string) settled {
+	t.Helper()
+	j, err := s.GetJob(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, d := lastStatusEvent(t, s, id)
+	delete(d, "attempt")
+	return settled{j.Status, j.LastErrorClass, j.LastErrorCode, j.LastErrorMessage, j.ResultKey, j.RequiresAction,
+		j.InfraFailures, j.InfraSince.UTC(), j.NextRunAt.UTC(), j.LeaseExpiresAt.UTC(), j.LeaseOwner, d}
+}
+
+// checkSettledAsSaid checks that got, what outcome i (o) settled at at,
+// is what the outcome says: its event detail, and an infrastructure run
+// counted and started if it was one.
+func checkSettledAsSaid(t *testing.T, i int, o pipeline.Outcome, got settled, at time.Time) {
+	t.Helper()
+	want := map[string]any{}
+	if b, err := json.Marshal(o.EventDetail(nil)); err != nil || json.Unmarshal(b, &want) != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Detail, want) {
+		t.Errorf("outcome %d (%s): Finish wrote event detail %v, want %v", i, o.Status, got.Detail, want)
+	}
+	wantInfra, wantSince := 0, time.Time{}
+	if o.Infra {
+		wantInfra, wantSince = 1, at.UTC()
+	}
+	if got.InfraFailures != wantInfra || !got.InfraSince.Equal(wantSince) {
+		t.Errorf("outcome %d (%s, infra %v): Finish wrote infra failures %d since %v, want %d since %v",
+			i, o.Status, o.Infra, got.InfraFailures, got.InfraSince, wantInfra, wantSince)
+	}
+}
+
+// createFetched creates a job named prefix+side+index for every side and
+// index below n, claims them all, and returns their leases by job id.
+func createFetched(t *testing.T, s *env, prefix string, sides []string, n int) map[string]pipeline.Lease {
+	t.Helper()
+	for i := range n {
+		for _, side := range sides {
+			mustCreate(t, s, newJob(fmt.Sprintf("%s%s%d", prefix, side, i)))
 		}
 	}
+	return fetchLeases(t, s, n*len(sides))
+}
+
+// fetchLeases claims n jobs of render-v1, all there are, and returns their
+// leases by job id.
+func fetchLeases(t *testing.T, s *env, n int) map[string]pipeline.Lease {
+	t.Helper()
+	cs, _, err := s.Fetch(context.Background(), &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: n, LeaseFor: time.Minute})
+	if err != nil || len(cs) != n {
+		t.Fatalf("fetch %d, %v", len(cs), err)
+	}
+	leases := map[string]pipeline.Lease{}
+	for _, c := range cs {
+		leases[c.Job.ID] = c.Lease
+	}
+	return leases
 }
 
 // An attempt that settles a job ends its run of infrastructure failures
@@ -236,35 +259,15 @@ func testFinishManyEndsInfraRun(t *testing.T, h *Harness) {
 		{Status: pipeline.StatusFailed, ErrorClass: pipeline.ClassPermanent, ErrorCode: "bad_prompt"},
 		{Status: pipeline.StatusCanceled, ErrorCode: "canceled"},
 	}
-	var ids []string
-	for i := range outcomes {
-		for _, side := range []string{"one", "many"} {
-			id := fmt.Sprintf("v1-irun-%s%d", side, i)
-			mustCreate(t, s, newJob(id))
-			ids = append(ids, id)
-		}
-	}
-	fetchAll := func() map[string]pipeline.Lease {
-		t.Helper()
-		cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: len(ids), LeaseFor: time.Minute})
-		if err != nil || len(cs) != len(ids) {
-			t.Fatalf("fetch %d, %v", len(cs), err)
-		}
-		leases := map[string]pipeline.Lease{}
-		for _, c := range cs {
-			leases[c.Job.ID] = c.Lease
-		}
-		return leases
-	}
-	leases := fetchAll()
-	for _, id := range ids {
-		if err := s.Finish(ctx, leases[id], pipeline.Outcome{Status: pipeline.StatusRetryWait, NextRunAt: t0.Add(time.Minute),
+	leases := createFetched(t, s, "v1-irun-", []string{"one", "many"}, len(outcomes))
+	for _, l := range leases {
+		if err := s.Finish(ctx, l, pipeline.Outcome{Status: pipeline.StatusRetryWait, NextRunAt: t0.Add(time.Minute),
 			ErrorClass: pipeline.ClassTransient, ErrorCode: "object_store_error", Infra: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	clock.Advance(2 * time.Minute)
-	leases = fetchAll()
+	leases = fetchLeases(t, s, 2*len(outcomes))
 	var many []pipeline.Finished
 	for i, o := range outcomes {
 		if err := s.Finish(ctx, leases[fmt.Sprintf("v1-irun-one%d", i)], o); err != nil {
