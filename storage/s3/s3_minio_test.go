@@ -243,9 +243,9 @@ func TestStartupAndPing(t *testing.T) {
 }
 
 // TestDigestAtPartBoundaries: whichever way the uploader splits a
-// stream (one PutObject, a one-part upload when the stream is exactly one
-// part, several parts), the object's sha256 is stored where other clients
-// can read it, and no data is rewritten to store it.
+// stream (one PutObject, also when the stream is exactly one part; several
+// parts), the object's sha256 is stored where other clients can read it,
+// and no data is rewritten to store it.
 func TestDigestAtPartBoundaries(t *testing.T) {
 	t.Parallel()
 	srv := storagetest.StartMinIO(t)
@@ -256,7 +256,8 @@ func TestDigestAtPartBoundaries(t *testing.T) {
 		parts int32 // 0: not a multipart upload
 	}{
 		{5<<20 - 1, 0},
-		{5 << 20, 1},
+		{5 << 20, 0}, // exactly one part: one PutObject
+		{5<<20 + 1, 2},
 		{11 << 20, 3},
 	}
 	for _, tc := range tests {
