@@ -973,3 +973,54 @@ func TestBytesUploadedCountsWrittenObjectsOnly(t *testing.T) {
 		t.Fatalf("second job %s (%s)", j.Status, j.LastErrorCode)
 	}
 }
+
+// failStageRecordOnce fails the first StageFinished of one stage with the
+// driver's plain error (a busy or unreachable database).
+type failStageRecordOnce struct {
+	pipeline.Store
+	stage  string
+	failed atomic.Bool
+}
+
+func (s *failStageRecordOnce) StageFinished(ctx context.Context, lease pipeline.Lease, stage string, unitsDone int, detail map[string]any) error {
+	if stage == s.stage && s.failed.CompareAndSwap(false, true) {
+		return errors.New("database is locked")
+	}
+	return s.Store.StageFinished(ctx, lease, stage, unitsDone, detail)
+}
+
+// A stage whose progress could not be recorded has not finished: the
+// attempt stops there with an infrastructure failure of the store (not a
+// silent success the events would contradict), no later stage starts, and
+// the next attempt completes the job.
+func TestUnrecordedStageEndsTheAttempt(t *testing.T) {
+	t.Parallel()
+	stages := []string{pipeline.StagePrepare, pipeline.StageExecute, pipeline.StageApply, pipeline.StageFinalize}
+	for i, stage := range stages {
+		t.Run(stage, func(t *testing.T) {
+			t.Parallel()
+			fs := &failStageRecordOnce{stage: stage}
+			h := newHarness(t, withRenderers(stubRenderers), withConfig(func(ec *pipeline.EngineConfig) { fs.Store = ec.Store; ec.Store = fs }))
+			id := "v1-unrecorded-" + stage
+			h.submit(id, board(img("a harbour", "gulls over the harbour", 600)))
+			_, o, err := h.attempt("render-v1", true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.Status != pipeline.StatusRetryWait || o.ErrorCode != "store_unavailable" || !o.Infra {
+				t.Fatalf("outcome %+v, want an infrastructure retry_wait with store_unavailable", o)
+			}
+			var started []string
+			for _, d := range unitEvents(t, h, id, pipeline.EventStageStarted) {
+				started = append(started, fmt.Sprint(d["stage"]))
+			}
+			if want := stages[:i+1]; !reflect.DeepEqual(started, want) {
+				t.Fatalf("stages started in the failed attempt %v, want %v", started, want)
+			}
+			h.drain(5)
+			if j := h.job(id); j.Status != pipeline.StatusSucceeded || j.Attempts != 2 {
+				t.Fatalf("job %s after attempt %d, want succeeded on the second", j.Status, j.Attempts)
+			}
+		})
+	}
+}
