@@ -227,11 +227,11 @@ func (u *unitRun) withStoreRetries(ctx context.Context, fn func() error) error {
 // and the staged object. A failure only delays the cleanup (the sweeper
 // and the final release find what is left), so it is logged.
 func (u *unitRun) discard(ctx context.Context, ans *answer) {
+	// By the call's spool path, not ans.spool: an answer taken from its
+	// staged copy names no spool file, yet the attempt that staged it from
+	// the spool may have ended before removing that file.
 	if u.d.SpoolDir != "" && ans.callID > 0 {
 		_ = os.Remove(u.spoolPath(ans.callID))
-	}
-	if ans.spool != "" {
-		_ = os.Remove(ans.spool)
 	}
 	if ans.staged != "" {
 		if err := releaseStaged(ctx, u.d.Store, u.d.Objects, u.a.lease.AttemptID, ans.staged); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -492,4 +493,114 @@ func TestForgetReleasesAStagedAnswerLeftBehind(t *testing.T) {
 	if _, err := h.objs.Head(ctx, left[0].Key); !errors.Is(err, pipeline.ErrNotFound) {
 		t.Fatalf("staged object %s after Forget: %v; want it deleted", left[0].Key, err)
 	}
+}
+
+// outageByPhase is an object store whose outage moves on with phase: 1
+// refuses to stage speech answers (they go to the worker's spool), 2
+// takes them but refuses the final speech artifact (.wav under units/),
+// 3 takes everything; failRelease refuses every delete of a staged
+// answer.
+type outageByPhase struct {
+	pipeline.ObjectStore
+	phase       atomic.Int32
+	failRelease bool
+}
+
+func (o *outageByPhase) Put(ctx context.Context, key string, rd io.Reader, opts pipeline.PutOptions) (pipeline.ObjectInfo, error) {
+	staging := strings.HasPrefix(key, pipeline.PrefixStaging) && strings.Contains(key, "-speech-")
+	final := strings.HasPrefix(key, pipeline.PrefixUnits) && strings.HasSuffix(key, ".wav")
+	if p := o.phase.Load(); p == 1 && staging || p == 2 && final {
+		return pipeline.ObjectInfo{}, errors.New("dial tcp 127.0.0.1:9000: connect: connection refused")
+	}
+	return o.ObjectStore.Put(ctx, key, rd, opts)
+}
+
+func (o *outageByPhase) Delete(ctx context.Context, key string) error {
+	if o.failRelease && strings.HasPrefix(key, pipeline.PrefixStaging) {
+		return errors.New("dial tcp 127.0.0.1:9000: connect: connection refused")
+	}
+	return o.ObjectStore.Delete(ctx, key)
+}
+
+// An answer can have two copies left when its asset is finally stored:
+// the spool file of the attempt that could not stage it, and the staged
+// object of the attempt that staged the spool but could not store the
+// asset. The attempt that stores the asset (from the staged copy, so its
+// answer names no spool file) removes the spool file and releases the
+// staged object; a release the object store refuses is logged, names the
+// key, and leaves the object for the sweeper — it fails nothing.
+func TestStoredAnswerDropsEveryCopy(t *testing.T) {
+	t.Parallel()
+	for _, failRelease := range []bool{false, true} {
+		t.Run(fmt.Sprintf("release fails %v", failRelease), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			var logs syncBuffer
+			objs := &outageByPhase{failRelease: failRelease}
+			h := newHarness(t, withRenderers(stubRenderers), withConfig(func(ec *pipeline.EngineConfig) {
+				objs.ObjectStore = ec.Objects
+				ec.Objects = objs
+				ec.UnitConcurrency = 1
+				ec.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			}))
+			const id = "v1-twocopies"
+			h.submit(id, board(img("a mill", "the wheel turns slowly", 600)))
+			var last pipeline.Outcome
+			for phase := int32(1); phase <= 3; phase++ {
+				objs.phase.Store(phase)
+				last = attemptWhenDue(t, h)
+				if phase < 3 && (last.Status != pipeline.StatusRetryWait || last.ErrorCode != "object_store_error") {
+					t.Fatalf("phase %d: outcome %+v, want retry_wait on object_store_error", phase, last)
+				}
+				if phase == 2 && len(spoolFiles(t, h, id)) != 1 {
+					t.Fatalf("after phase 2 the spool holds %v, want the answer's file", spoolFiles(t, h, id))
+				}
+			}
+			if last.Status != pipeline.StatusSucceeded {
+				t.Fatalf("last attempt %+v, want succeeded", last)
+			}
+			if n := h.fake.Ledger().Billed.Speech; n != 1 {
+				t.Fatalf("speech billed %d times, want 1", n)
+			}
+			if left := spoolFiles(t, h, id); len(left) != 0 {
+				t.Fatalf("spool files left after the answer was stored: %v", left)
+			}
+			calls, err := h.store.ProviderCalls(ctx, id, 0, pipeline.OpSpeech)
+			if err != nil || len(calls) != 1 || calls[0].StagedKey == "" {
+				t.Fatalf("speech calls %+v, %v; want one, staged", calls, err)
+			}
+			key := calls[0].StagedKey
+			staged, err := h.store.StagedAnswers(ctx, &pipeline.StagedAnswersParams{JobID: id})
+			if err != nil || len(staged) != 0 {
+				t.Fatalf("staged answers left %+v, %v; want every one released", staged, err)
+			}
+			_, herr := objs.Head(ctx, key)
+			warned := strings.Contains(logs.String(), "releasing a staged answer failed") && strings.Contains(logs.String(), "key="+key)
+			switch {
+			case !failRelease && (!errors.Is(herr, pipeline.ErrNotFound) || strings.Contains(logs.String(), "releasing a staged answer failed")):
+				t.Fatalf("staged object %s: %v; want it deleted without a warning:\n%s", key, herr, logs.String())
+			case failRelease && (herr != nil || !warned):
+				t.Fatalf("staged object %s: %v; want it left for the sweeper and its failed release logged by key:\n%s", key, herr, logs.String())
+			}
+		})
+	}
+}
+
+// attemptWhenDue runs the next attempt of the harness's v1 job, moving the
+// clock on until its retry is due.
+func attemptWhenDue(t *testing.T, h *harness) pipeline.Outcome {
+	t.Helper()
+	for range 200 {
+		_, o, err := h.attempt("render-v1", true)
+		if errors.Is(err, errNothing) {
+			h.clock.Advance(5 * time.Second)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	t.Fatal("no attempt became due")
+	return pipeline.Outcome{}
 }
