@@ -260,17 +260,32 @@ func (s *Store) write(ctx context.Context, f *os.File, key string, r io.Reader, 
 	}, nil
 }
 
+// publishTries bounds how often a put makes its directories again after a
+// concurrent Delete pruned them: each retry means another writer emptied
+// and removed a parent in the few microseconds between two system calls.
+const publishTries = 20
+
 // publish moves a finished temp file to key's path: link(2) when the key
 // must not exist yet (it fails atomically if it does), rename(2) otherwise.
 func (s *Store) publish(tmp, key string, createOnly bool) error {
 	target := s.path(key)
 	dir := filepath.Dir(target)
-	// A concurrent Delete may remove the (empty) parent between our mkdir
-	// and our link; then the link fails with ENOENT and we make it again.
-	var err error
-	for range 5 {
-		var created []string
-		created, err = s.mkdirs(dir)
+	// A concurrent Delete prunes the directories it empties, so a parent may
+	// vanish while we make the ones below it (mkdir fails with ENOENT) or
+	// between our mkdir and our link (the link does): then we make them
+	// again. The parents of every directory made on the way are synced once
+	// the object is in place: all of them are its ancestors, so they exist.
+	var (
+		err     error
+		created []string
+	)
+	for range publishTries {
+		var made []string
+		made, err = s.mkdirs(dir)
+		created = append(created, made...)
+		if errors.Is(err, iofs.ErrNotExist) {
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("fs: put %s: %w", key, err)
 		}
@@ -283,7 +298,7 @@ func (s *Store) publish(tmp, key string, createOnly bool) error {
 			err = os.Rename(tmp, target)
 		}
 		if err == nil {
-			return s.syncDirs(append(created, dir))
+			return s.syncDirs(append(slices.Compact(slices.Sorted(slices.Values(created))), dir))
 		}
 		if errors.Is(err, iofs.ErrExist) && createOnly {
 			return &pipeline.AlreadyExistsError{Key: key}

@@ -89,6 +89,7 @@ func Run(t *testing.T, newStore func(t *testing.T) pipeline.ObjectStore, opts ..
 		{"GetRange", s.testGetRange},
 		{"Missing", s.testMissing},
 		{"Delete", s.testDelete},
+		{"PutWhileDeletingNeighbours", s.testPutWhileDeletingNeighbours},
 		{"Overwrite", s.testOverwrite},
 		{"CreateOnly", s.testCreateOnly},
 		{"CreateOnlyMultipart", s.testCreateOnlyMultipart},
@@ -464,6 +465,50 @@ func (s *suite) testDelete(t *testing.T, st pipeline.ObjectStore, v Verifier) {
 	if b, _ := get(t, st, "del/a/b", 0, -1); string(b) != "again" {
 		t.Errorf("re-put after delete = %q", b)
 	}
+}
+
+// testPutWhileDeletingNeighbours puts and deletes objects that share key
+// prefixes from several goroutines at once, as the workers of one machine
+// do with the staging keys of one job: no put may fail because a
+// neighbour's delete emptied a prefix the put was about to write under (a
+// store with directories prunes them), and every object put is there until
+// it is deleted.
+func (s *suite) testPutWhileDeletingNeighbours(t *testing.T, st pipeline.ObjectStore, v Verifier) {
+	const (
+		workers = 4
+		rounds  = 40
+	)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range rounds {
+				key := fmt.Sprintf("churn/shared/w%d/r%d/x", w, i)
+				data := []byte(key)
+				if _, err := st.Put(t.Context(), key, bytes.NewReader(data), pipeline.PutOptions{CreateOnly: i%2 == 0}); err != nil {
+					errs <- fmt.Errorf("put %s: %w", key, err)
+					return
+				}
+				if got, err := st.Head(t.Context(), key); err != nil || got.Size != int64(len(data)) {
+					errs <- fmt.Errorf("head %s after its put: %+v, %v", key, got, err)
+					return
+				}
+				if err := st.Delete(t.Context(), key); err != nil {
+					errs <- fmt.Errorf("delete %s: %w", key, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if left := listKeys(t, st, "churn/", 0); len(left) != 0 {
+		t.Errorf("objects left after every put was deleted: %v", keysOf(left))
+	}
+	checkNoPending(t, v)
 }
 
 func (s *suite) testOverwrite(t *testing.T, st pipeline.ObjectStore, v Verifier) {
