@@ -71,11 +71,7 @@ func newHarnessWith(t *testing.T, pc func(*provider.Config), opts ...harnessOpt)
 	dir := t.TempDir()
 	h := &harness{t: t, clock: pipeline.NewManualClock(t0), fp: &failpoints{}}
 	var err error
-	h.store, err = sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "db.sqlite"), Clock: h.clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.store.Close() })
+	h.store = openStore(t, filepath.Join(dir, "db.sqlite"), h.clock)
 	h.objs, err = fs.New(ctx, fs.Config{Root: filepath.Join(dir, "objects")})
 	if err != nil {
 		t.Fatal(err)
@@ -119,6 +115,65 @@ func newHarnessWith(t *testing.T, pc func(*provider.Config), opts ...harnessOpt)
 		t.Fatal(err)
 	}
 	return h
+}
+
+// migrated is a database the store's migrations ran on once per test
+// binary; openStore copies it instead of migrating every harness's store
+// again (the migrations were a quarter of the package's test CPU).
+var migrated struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// openStore opens a store at path, a copy of the migrated database, on
+// clock; it is closed when the test ends.
+func openStore(t *testing.T, path string, clock pipeline.Clock) *sqlite.Store {
+	t.Helper()
+	ctx := context.Background()
+	migrated.once.Do(func() {
+		dir, err := os.MkdirTemp("", "edgepipe-pipeline-migrated-")
+		if err != nil {
+			migrated.err = err
+			return
+		}
+		templateDirs = append(templateDirs, dir)
+		migrated.path = filepath.Join(dir, "db.sqlite")
+		st, err := sqlite.Open(ctx, sqlite.Config{Path: migrated.path})
+		if err == nil {
+			// Close checkpoints the WAL into the file: the file alone is
+			// the whole database.
+			err = st.Close()
+		}
+		migrated.err = err
+	})
+	if migrated.err != nil {
+		t.Fatalf("migrating the template database: %v", migrated.err)
+	}
+	b, err := os.ReadFile(migrated.path)
+	if err == nil {
+		err = os.WriteFile(path, b, 0o600)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: path, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// templateDirs are removed when the test binary ends (TestMain).
+var templateDirs []string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, d := range templateDirs {
+		_ = os.RemoveAll(d)
+	}
+	os.Exit(code)
 }
 
 // parkForReview claims queue's next job once its lease has lapsed and
