@@ -999,8 +999,8 @@ func TestUnrecordedStageEndsTheAttempt(t *testing.T) {
 	for i, stage := range stages {
 		t.Run(stage, func(t *testing.T) {
 			t.Parallel()
-			fs := &failStageRecordOnce{stage: stage}
-			h := newHarness(t, withRenderers(stubRenderers), withConfig(func(ec *pipeline.EngineConfig) { fs.Store = ec.Store; ec.Store = fs }))
+			st := &failStageRecordOnce{stage: stage}
+			h := newHarness(t, withRenderers(stubRenderers), withConfig(func(ec *pipeline.EngineConfig) { st.Store = ec.Store; ec.Store = st }))
 			id := "v1-unrecorded-" + stage
 			h.submit(id, board(img("a harbour", "gulls over the harbour", 600)))
 			_, o, err := h.attempt("render-v1", true)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"edgepipe/pipeline"
-	"edgepipe/storage/sqlite"
 )
 
 // The lifecycle every long-running part shares: stop before start and a
@@ -137,11 +136,7 @@ func TestPresenceAnnouncesAndWithdraws(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "db"), Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t, filepath.Join(t.TempDir(), "db"), clock)
 	live := func() []string {
 		t.Helper()
 		vs, err := st.LiveBindings(ctx, &pipeline.LiveBindingsParams{Since: pipeline.LiveSince(clock.Now(), 0)})
@@ -188,11 +183,7 @@ func TestPresenceDeadLettersUnservedJobs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := pipeline.NewManualClock(t0)
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "db"), Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t, filepath.Join(t.TempDir(), "db"), clock)
 	for _, v := range []string{"v1", "v2"} {
 		if _, _, err := st.CreateJob(ctx, pipeline.NewJob{ID: v + "-waiting", Tenant: "t", Operation: pipeline.OperationRenderVideo,
 			IdempotencyKey: v, RequestFingerprint: v, Input: []byte(`{}`), Version: v, Queue: "render-" + v}); err != nil {

@@ -8,7 +8,6 @@ import (
 
 	"edgepipe/pipeline"
 	"edgepipe/storage/fs"
-	"edgepipe/storage/sqlite"
 )
 
 // Each sweep deletes dead letters settled longer than the retention ago
@@ -19,11 +18,7 @@ func TestSweeperPurgesSettledDeadLetters(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	clock := pipeline.NewManualClock(time.Now())
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "db"), Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t, filepath.Join(dir, "db"), clock)
 	objs, err := fs.New(ctx, fs.Config{Root: filepath.Join(dir, "o")})
 	if err != nil {
 		t.Fatal(err)

@@ -20,11 +20,7 @@ func TestSweeper(t *testing.T) {
 	dir := t.TempDir()
 	// The fs store stamps objects with the real time; the clock starts there.
 	clock := pipeline.NewManualClock(time.Now())
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "db"), Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t, filepath.Join(dir, "db"), clock)
 	objs, err := fs.New(ctx, fs.Config{Root: filepath.Join(dir, "o")})
 	if err != nil {
 		t.Fatal(err)
@@ -111,11 +107,7 @@ func newSweepFixture(t *testing.T) (*countingLedger, *fs.Store) {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "db"), Clock: pipeline.NewManualClock(time.Now())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t, filepath.Join(dir, "db"), pipeline.NewManualClock(time.Now()))
 	objs, err := fs.New(ctx, fs.Config{Root: filepath.Join(dir, "o")})
 	if err != nil {
 		t.Fatal(err)

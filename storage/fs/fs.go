@@ -315,7 +315,8 @@ func (s *Store) publish(tmp, key string, createOnly bool) error {
 }
 
 // mkdirs makes dir and its missing parents below the objects directory,
-// returning the parents of the ones it made (whose entries must be synced).
+// returning the parents of the ones it made (whose entries must be synced),
+// also when it fails partway.
 func (s *Store) mkdirs(dir string) ([]string, error) {
 	var missing []string
 	for d := dir; d != s.objects; d = filepath.Dir(d) {
@@ -327,7 +328,9 @@ func (s *Store) mkdirs(dir string) ([]string, error) {
 	var parents []string
 	for _, d := range slices.Backward(missing) {
 		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, iofs.ErrExist) {
-			return nil, err
+			// What was made stays made: a put that tries again (a
+			// neighbour's Delete pruned d's parent) must still sync it.
+			return parents, err
 		}
 		parents = append(parents, filepath.Dir(d))
 	}

@@ -254,3 +254,27 @@ func FuzzDecodeHeader(f *testing.F) {
 		}
 	})
 }
+
+// mkdirs reports the parents of the directories it made also when a later
+// mkdir fails: publish retries after a neighbour's Delete pruned a parent,
+// and a directory made by the failed try must still have its entry synced.
+func TestMkdirsReportsWhatItMadeWhenItFails(t *testing.T) {
+	t.Parallel()
+	st, err := New(t.Context(), Config{Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	made := filepath.Join(st.objects, "a")
+	// A name longer than any filesystem takes fails the second mkdir.
+	dir := filepath.Join(made, strings.Repeat("n", 300), "c")
+	parents, err := st.mkdirs(dir)
+	if err == nil {
+		t.Fatal("mkdirs of a 300-byte name succeeded")
+	}
+	if fi, serr := os.Stat(made); serr != nil || !fi.IsDir() {
+		t.Fatalf("the first directory was not made: %v", serr)
+	}
+	if len(parents) != 1 || parents[0] != st.objects {
+		t.Fatalf("parents to sync %v, want [%s] (the parent of the directory made before the failure)", parents, st.objects)
+	}
+}
