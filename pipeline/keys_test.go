@@ -40,6 +40,33 @@ func TestSafeVersion(t *testing.T) {
 	}
 }
 
+// safeOp keeps at most the first 32 bytes of an operation name, and of
+// those only a-z and '_', so a staging key keeps its shape whatever the
+// name holds.
+func TestSafeOp(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ in, want string }{
+		{OpVideoSubmit, "video_submit"},
+		{OpImage, "image"},
+		{"az_", "az_"},
+		{"", ""},
+		{"Bad-Op.9/x`{@[", "adpx"},
+		{"../etc", "etc"},
+		{strings.Repeat("a", 32), strings.Repeat("a", 32)},
+		{strings.Repeat("a", 33), strings.Repeat("a", 32)}, // 33: cut
+		{"/" + strings.Repeat("b", 32), strings.Repeat("b", 31)}, // the cut counts input bytes
+	}
+	for _, tt := range tests {
+		if got := safeOp(tt.in); got != tt.want {
+			t.Errorf("safeOp(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+	k := StagingKey("acme", "v1-job", 3, "Video/Submit", 42)
+	if parts := strings.Split(k, "/"); len(parts) != 4 || parts[0]+"/" != PrefixStaging || !strings.HasSuffix(k, "/003-ideoubmit-42") {
+		t.Errorf("StagingKey = %q, want staging/<2 hex>/<40 hex>/003-ideoubmit-42", k)
+	}
+}
+
 // Key parts are length-prefixed: moving a byte from one part to the next
 // gives another key.
 func TestKeyPartsAreLengthPrefixed(t *testing.T) {
