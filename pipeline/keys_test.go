@@ -53,7 +53,7 @@ func TestSafeOp(t *testing.T) {
 		{"Bad-Op.9/x`{@[", "adpx"},
 		{"../etc", "etc"},
 		{strings.Repeat("a", 32), strings.Repeat("a", 32)},
-		{strings.Repeat("a", 33), strings.Repeat("a", 32)}, // 33: cut
+		{strings.Repeat("a", 33), strings.Repeat("a", 32)},       // 33: cut
 		{"/" + strings.Repeat("b", 32), strings.Repeat("b", 31)}, // the cut counts input bytes
 	}
 	for _, tt := range tests {
