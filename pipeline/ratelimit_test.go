@@ -52,6 +52,52 @@ func TestDecideRate(t *testing.T) {
 	}
 }
 
+// A limit that bounds no concurrency (Concurrency 0) grants whatever the
+// slots say: it keeps none.
+func TestDecideRateWithoutConcurrencyBound(t *testing.T) {
+	t.Parallel()
+	l := pipeline.RateLimit{Provider: "p", Op: pipeline.OpImage, Requests: 60, Per: time.Minute, Burst: 4}
+	d := pipeline.DecideRate(pipeline.NewRateBucket(l, t0), l, pipeline.RateSlots{Active: 7, NextExpiry: t0.Add(time.Minute)}, t0)
+	if !d.Granted || d.Wait != 0 {
+		t.Fatalf("granted %v wait %s; want a token at once", d.Granted, d.Wait)
+	}
+}
+
+// The parameters of the rate-limit store methods are checked the same way
+// for every driver: a bad limit, a concurrency slot without a time to live
+// and a negative pause are refused; a zero pause and a limit without
+// concurrency that gives no slot TTL are fine.
+func TestRateLimitParamsValidate(t *testing.T) {
+	t.Parallel()
+	ok := pipeline.RateLimit{Provider: "p", Op: pipeline.OpImage, Requests: 1, Per: time.Second, Burst: 1}
+	slotted := ok
+	slotted.Concurrency = 2
+	bad := ok
+	bad.Burst = 0
+	for _, c := range []struct {
+		name  string
+		check func() error
+		valid bool
+	}{
+		{"take: no concurrency, no TTL", (&pipeline.TakeRateTokenParams{Limit: ok}).Validate, true},
+		{"take: slot with TTL", (&pipeline.TakeRateTokenParams{Limit: slotted, SlotTTL: time.Minute}).Validate, true},
+		{"take: slot without TTL", (&pipeline.TakeRateTokenParams{Limit: slotted}).Validate, false},
+		{"take: slot with negative TTL", (&pipeline.TakeRateTokenParams{Limit: slotted, SlotTTL: -time.Second}).Validate, false},
+		{"take: bad limit", (&pipeline.TakeRateTokenParams{Limit: bad, SlotTTL: time.Minute}).Validate, false},
+		{"take: nil", (*pipeline.TakeRateTokenParams)(nil).Validate, false},
+		{"pause: zero", (&pipeline.PauseRateBucketParams{Limit: ok}).Validate, true},
+		{"pause: a minute", (&pipeline.PauseRateBucketParams{Limit: slotted, For: time.Minute}).Validate, true},
+		{"pause: negative", (&pipeline.PauseRateBucketParams{Limit: ok, For: -time.Second}).Validate, false},
+		{"pause: bad limit", (&pipeline.PauseRateBucketParams{Limit: bad, For: time.Minute}).Validate, false},
+		{"pause: nil", (*pipeline.PauseRateBucketParams)(nil).Validate, false},
+	} {
+		err := c.check()
+		if c.valid && err != nil || !c.valid && !errors.Is(err, pipeline.ErrInvalidInput) {
+			t.Errorf("%s: %v, want valid %v (ErrInvalidInput otherwise)", c.name, err, c.valid)
+		}
+	}
+}
+
 func TestRateBucketPauseUntilKeepsTheLater(t *testing.T) {
 	t.Parallel()
 	b := pipeline.RateBucket{}.PauseUntil(t0.Add(time.Minute)).PauseUntil(t0.Add(time.Second))
