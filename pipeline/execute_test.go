@@ -213,3 +213,55 @@ func TestEngineVideoPollFailures(t *testing.T) {
 		t.Fatalf("%d polls, want 5", n)
 	}
 }
+
+// unreadableVideoStatus fails every status read of a video job while down
+// is set: the provider's status endpoint is out.
+type unreadableVideoStatus struct {
+	pipeline.Providers
+	down atomic.Bool
+}
+
+func (u *unreadableVideoStatus) setInner(in pipeline.Providers) { u.Providers = in }
+
+func (u *unreadableVideoStatus) VideoStatus(ctx context.Context, ext string) (pipeline.VideoState, error) {
+	if u.down.Load() {
+		return pipeline.VideoState{}, errors.New("503 Service Unavailable")
+	}
+	return u.Providers.VideoStatus(ctx, ext)
+}
+
+// An attempt that submitted a video and recorded its external id on the
+// unit, but could not read its status, leaves it to the next attempt. That
+// attempt polls the same job, pays nothing, and keeps the video as the
+// answer of the call that paid for it: staged under that call's key and
+// recorded on its row, where a crash before the asset finds it.
+func TestPolledVideoIsTheAnswerOfItsCall(t *testing.T) {
+	t.Parallel()
+	needFFmpeg(t, "ffmpeg not installed: the fake video provider needs it")
+	status := &unreadableVideoStatus{}
+	status.down.Store(true)
+	h := newHarness(t, withProviders(func(pipeline.Providers) pipeline.Providers { return status }))
+	const id = "v1-polled"
+	h.submit(id, board(vid("clouds", "", 600)))
+	if o := attemptWhenDue(t, h); o.Status != pipeline.StatusRetryWait || o.ErrorCode != "provider_poll_failed" {
+		t.Fatalf("attempt 1: %+v, want retry_wait on provider_poll_failed", o)
+	}
+	units, err := h.store.Units(context.Background(), id)
+	if err != nil || len(units) != 1 || units[0].ExternalJobID == "" {
+		t.Fatalf("units after attempt 1 %+v, %v; want the video's external id recorded", units, err)
+	}
+	status.down.Store(false)
+	if o := attemptWhenDue(t, h); o.Status != pipeline.StatusSucceeded {
+		t.Fatalf("attempt 2: %+v, want succeeded", o)
+	}
+	if n := h.fake.Ledger().Billed.Video; n != 1 {
+		t.Fatalf("video billed %d times, want 1", n)
+	}
+	calls, err := h.store.ProviderCalls(context.Background(), id, 0, pipeline.OpVideoSubmit)
+	if err != nil || len(calls) != 1 {
+		t.Fatalf("video calls %+v, %v; want one", calls, err)
+	}
+	if want := fmt.Sprintf("-%s-%d", pipeline.OpVideoSubmit, calls[0].ID); !strings.HasSuffix(calls[0].StagedKey, want) {
+		t.Fatalf("video call staged at %q, want a key ending %q", calls[0].StagedKey, want)
+	}
+}
