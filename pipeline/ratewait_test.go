@@ -2,6 +2,9 @@ package pipeline_test
 
 import (
 	"context"
+	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +25,8 @@ type fakeLimiter struct {
 	// for a take that never comes again.
 	refused chan struct{}
 	wait    time.Duration // of a refusal
+	// releaseErr and pauseErr, when set, fail every release and pause.
+	releaseErr, pauseErr error
 }
 
 func newFakeLimiter() *fakeLimiter {
@@ -47,14 +52,14 @@ func (f *fakeLimiter) ReleaseRateSlot(_ context.Context, p *pipeline.ReleaseRate
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.released = append(f.released, p.SlotID)
-	return nil
+	return f.releaseErr
 }
 
 func (f *fakeLimiter) PauseRateBucket(_ context.Context, p *pipeline.PauseRateBucketParams) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.pauses = append(f.pauses, *p)
-	return nil
+	return f.pauseErr
 }
 
 func (f *fakeLimiter) setOpen() {
@@ -258,5 +263,70 @@ func TestRateLimitWaitKeepsTheLease(t *testing.T) {
 	waitFor(t, "the job settled", func() bool { return h.job("v1-rl-lease").Status.Settled() })
 	if j := h.job("v1-rl-lease"); j.Status != pipeline.StatusSucceeded || j.Attempts != 1 {
 		t.Fatalf("%s after %d attempts; want succeeded in 1", j.Status, j.Attempts)
+	}
+}
+
+// A 429 pauses the bucket only when it says for how long (Retry-After),
+// and the limiter's store failing to release a slot or to pause a bucket
+// costs the attempt nothing: the slot frees itself at its expiry, the
+// pause is only a courtesy to the other workers. Both failures are logged;
+// nothing is logged as failed when the store took them.
+func TestRateLimitStoreFailuresAreOnlyLogged(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name       string
+		retryAfter time.Duration
+		storeFails bool
+		wantPauses int
+		wantLogs   []string
+		wantNoLogs []string
+	}{
+		{"429 without Retry-After", 0, false, 0, nil, []string{"releasing a slot failed", "paus"}},
+		{"429 with Retry-After", 3 * time.Second, false, 1, []string{"bucket paused for every worker"}, []string{"releasing a slot failed", "pausing the bucket after a 429 failed"}},
+		{"store refuses both", 3 * time.Second, true, 1, []string{"releasing a slot failed", "pausing the bucket after a 429 failed"}, []string{"bucket paused for every worker"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			fl := newFakeLimiter()
+			fl.setOpen()
+			if c.storeFails {
+				fl.releaseErr, fl.pauseErr = errors.New("database is locked"), errors.New("database is locked")
+			}
+			var logs syncBuffer
+			h := newHarness(t, withLimiter(fl, imageLimit),
+				withConfig(func(ec *pipeline.EngineConfig) {
+					ec.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+				}),
+				withProviders(func(pipeline.Providers) pipeline.Providers {
+					return &hookProviders{before: func(_ context.Context, op, _ string) error {
+						if op != pipeline.OpImage {
+							return nil
+						}
+						return &pipeline.CallError{Op: op, Outcome: pipeline.OutcomeRateLimited, HTTPStatus: 429, RetryAfter: c.retryAfter,
+							Code: "provider_rate_limited", Cause: errors.New("429 Too Many Requests")}
+					}}
+				}))
+			h.submit("v1-rl-store", board(img("a lighthouse", "", 600)))
+			if _, o, err := h.attempt("render-v1", true); err != nil || o.Status != pipeline.StatusRetryWait || o.ErrorCode != "provider_rate_limited" {
+				t.Fatalf("outcome %+v, %v; want retry_wait provider_rate_limited", o, err)
+			}
+			fl.mu.Lock()
+			pauses, released := len(fl.pauses), len(fl.released)
+			fl.mu.Unlock()
+			if pauses != c.wantPauses || released != 1 {
+				t.Fatalf("%d pauses and %d releases, want %d and 1", pauses, released, c.wantPauses)
+			}
+			out := logs.String()
+			for _, w := range c.wantLogs {
+				if !strings.Contains(out, w) {
+					t.Errorf("log lacks %q:\n%s", w, out)
+				}
+			}
+			for _, w := range c.wantNoLogs {
+				if strings.Contains(out, w) {
+					t.Errorf("log has %q:\n%s", w, out)
+				}
+			}
+		})
 	}
 }
