@@ -179,3 +179,21 @@ func TestUnboundVersionOutcome(t *testing.T) {
 		t.Errorf("detail = %q", got)
 	}
 }
+
+// An infrastructure failure backs off by the infrastructure failures of the
+// current run including this one: the third in a row waits the third
+// step of the ladder, whatever the attempt number says.
+func TestDecideAttemptCountsThisInfraFailure(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	p := RetryPolicy{Base: time.Second, Cap: time.Hour, MaxAttempts: 5, InfraCap: time.Hour, InfraWindow: 24 * time.Hour,
+		Rand: func() float64 { return 0.5 }}
+	ce := &ClassifiedError{Class: ClassTransient, Infra: true, Code: "object_store_error"}
+	for prior := range 4 {
+		j := Job{InfraFailures: prior, InfraSince: now.Add(-time.Minute)}
+		d := p.DecideAttempt(ce, j, 9, now)
+		if want := now.Add(p.Backoff(prior + 1)); d.Status != StatusRetryWait || !d.NextRunAt.Equal(want) {
+			t.Errorf("after %d infrastructure failures: %+v, want retry_wait at %v (step %d)", prior, d, want, prior+1)
+		}
+	}
+}
