@@ -197,3 +197,17 @@ func TestDecideAttemptCountsThisInfraFailure(t *testing.T) {
 		}
 	}
 }
+
+// A dead-letter reason makes the error class permanent (no retry helps
+// until an operator acts); no reason, no class.
+func TestDeadLetterClass(t *testing.T) {
+	t.Parallel()
+	for reason, want := range map[string]string{
+		"": "", ReasonPoison: string(ClassPermanent), ReasonInfraUnavailable: string(ClassPermanent),
+		ReasonRetriesExhausted: string(ClassPermanent), ReasonUnboundVersion: string(ClassPermanent),
+	} {
+		if got := DeadLetterClass(reason); got != want {
+			t.Errorf("DeadLetterClass(%q) = %q, want %q", reason, got, want)
+		}
+	}
+}
