@@ -74,3 +74,61 @@ func TestAttemptRenderKey(t *testing.T) {
 		t.Errorf("render key %q outside %s", got, PrefixRenders)
 	}
 }
+
+// chunks is a reader that answers each Read with the next of its chunks,
+// an empty chunk as a read of 0 bytes and no error (which io.Reader
+// allows), and io.EOF when they run out.
+type chunks [][]byte
+
+func (c *chunks) Read(p []byte) (int, error) {
+	if len(*c) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, (*c)[0])
+	*c = (*c)[1:]
+	return n, nil
+}
+
+// The "mid_upload" failpoint fires once, on the first read that carried
+// bytes: not on a read of nothing before them (the upload has not started)
+// nor at the end of the stream (it would be "after upload"), and the bytes
+// of the read it fires on are still handed on, with the error.
+func TestFailpointReaderFiresAfterTheFirstBytes(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("crash here")
+	var fired []int // the read each firing happened on
+	read := 0
+	src := chunks{{}, []byte("abc"), {}, []byte("de")}
+	f := &failpointReader{r: &src, ctx: context.Background(), name: "mid_upload",
+		fp: func(_ context.Context, name string) error {
+			if name != "mid_upload" {
+				t.Errorf("failpoint name %q", name)
+			}
+			fired = append(fired, read)
+			return boom
+		}}
+	buf := make([]byte, 8)
+	type result struct {
+		n      int
+		failed bool
+	}
+	want := []result{{0, false}, {3, true}, {0, false}, {2, false}, {0, false}}
+	for i, w := range want {
+		read = i
+		n, err := f.Read(buf)
+		var se *sourceError
+		failed := errors.As(err, &se) && errors.Is(err, boom)
+		if n != w.n || failed != w.failed {
+			t.Errorf("read %d = (%d, %v), want %d bytes, failpoint error %v", i, n, err, w.n, w.failed)
+		}
+	}
+	if fmt.Sprint(fired) != "[1]" {
+		t.Errorf("the failpoint fired on reads %v, want once, on read 1 (the first with bytes)", fired)
+	}
+	// Without a failpoint the reader only passes the bytes on.
+	src = chunks{[]byte("xyz")}
+	plain := &failpointReader{r: &src, ctx: context.Background(), name: "mid_upload"}
+	if n, err := plain.Read(buf); n != 3 || err != nil {
+		t.Errorf("without a failpoint: (%d, %v), want 3 bytes, no error", n, err)
+	}
+}
