@@ -2,13 +2,13 @@ package api
 
 import (
 	"crypto/rand"
-	"encoding/base32"
 	"errors"
 	"mime"
 	"net/http"
 	"strings"
 
 	"github.com/labstack/echo/v4"
+	"github.com/oklog/ulid/v2"
 	"go.opentelemetry.io/otel/trace"
 
 	"edgepipe/internal/tracing"
@@ -233,7 +233,7 @@ func (s *Server) newJob(c echo.Context, tenant, key string, req submitRequest, s
 	if pinned != "" {
 		nj.InstanceID = pinned
 	} else {
-		id, err := s.cfg.Router.NewID(tenant, key, randomSuffix())
+		id, err := s.cfg.Router.NewID(tenant, key, newIDBody())
 		if err != nil {
 			return nj, err
 		}
@@ -269,12 +269,14 @@ func submissionTraceParent(r *http.Request) string {
 	return tp
 }
 
-var suffixEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
-
-// randomSuffix is 20 base32 characters (100 bits) from crypto/rand: the id
-// body of a new job.
-func randomSuffix() string {
-	var b [13]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
-	return suffixEncoding.EncodeToString(b[:])[:20]
+// newIDBody is the id body of a new job: a ULID (the millisecond of
+// submission, then 80 bits from crypto/rand; 26 characters of Crockford
+// base32), so a version's ids sort by submission time. That is for the
+// job store more than for people: a time-ordered key is appended at the
+// end of every index on job ids (the jobs' key, the tenant's instance ids,
+// each table that references a job) where a random one dirtied a random
+// page of each, and a group commit writes every dirty page. Measured with
+// `edgepipe bench api` on SQLite, COMMIT's CPU went from 48 to 24 µs a job.
+func newIDBody() string {
+	return ulid.MustNew(ulid.Now(), rand.Reader).String() // crypto/rand never fails
 }

@@ -1,14 +1,19 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
 
 	"edgepipe/pipeline"
 	"edgepipe/routing"
@@ -138,7 +143,7 @@ func TestSubmitIdempotentReplay(t *testing.T) {
 		t.Fatalf("first: %d replayed=%q", first.Code, first.Header().Get(HeaderIdempotentReplayed))
 	}
 	j1 := decode[JobResource](t, first)
-	if !strings.HasPrefix(j1.ID, "v1-") || len(j1.ID) != len("v1-")+20 || j1.Version != "v1" {
+	if !strings.HasPrefix(j1.ID, "v1-") || len(j1.ID) != len("v1-")+ulid.EncodedSize || j1.Version != "v1" {
 		t.Fatalf("minted id %q version %q", j1.ID, j1.Version)
 	}
 
@@ -480,5 +485,39 @@ func TestSubmitFieldPaths(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A job the caller gave no instance id gets one whose body is a ULID minted
+// at submission: the version prefix, then the submission's millisecond and
+// 80 random bits, so one version's ids sort by submission time (and the
+// job store appends them to its indexes instead of scattering them).
+func TestSubmitMintsTimeOrderedIDs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var ids []string
+	for i := range 3 {
+		before := time.Now().UnixMilli()
+		j := e.mustSubmit(t, tokAcme, fmt.Sprintf("k-ulid-%d", i))
+		after := time.Now().UnixMilli()
+		version, body, ok := strings.Cut(j.ID, "-")
+		if !ok || version != j.Version {
+			t.Fatalf("id %q does not start with its version %q", j.ID, j.Version)
+		}
+		u, err := ulid.ParseStrict(body)
+		if err != nil || len(body) != ulid.EncodedSize {
+			t.Fatalf("id body %q is not a ULID: %v", body, err)
+		}
+		if ms := int64(u.Time()); ms < before || ms > after {
+			t.Errorf("id %q carries ms %d, submitted in [%d, %d]", j.ID, ms, before, after)
+		}
+		if u.Entropy() == nil || bytes.Equal(u.Entropy(), make([]byte, 10)) {
+			t.Errorf("id %q has no random part", j.ID)
+		}
+		ids = append(ids, body)
+		time.Sleep(2 * time.Millisecond) // the next one in a later millisecond
+	}
+	if !slices.IsSorted(ids) || ids[0] == ids[1] || ids[1] == ids[2] {
+		t.Errorf("id bodies minted one after another do not sort in that order: %v", ids)
 	}
 }
