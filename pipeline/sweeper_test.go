@@ -1,7 +1,10 @@
 package pipeline_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -92,14 +95,27 @@ func TestSweeper(t *testing.T) {
 	}
 }
 
-// countingLedger counts sweeps (each starts with DropStaleClaims).
+// countingLedger counts sweeps (each starts with DropStaleClaims). With
+// fail set it fails every sweep there; with held set it holds each sweep
+// there until the sweep's context ends (both set before the sweeper
+// starts).
 type countingLedger struct {
 	*sqlite.Store
 	sweeps atomic.Int32
+	fail   error
+	held   chan struct{} // receives a value as each held sweep begins
 }
 
 func (l *countingLedger) DropStaleClaims(ctx context.Context, cutoffMS int64) ([]string, error) {
 	l.sweeps.Add(1)
+	if l.held != nil {
+		l.held <- struct{}{}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	if l.fail != nil {
+		return nil, l.fail
+	}
 	return l.Store.DropStaleClaims(ctx, cutoffMS)
 }
 
@@ -180,6 +196,59 @@ func TestSweeperStartInterval(t *testing.T) {
 		}
 		if n := led.sweeps.Load(); n != 0 {
 			t.Fatalf("%d sweeps within 100ms with the default 10 min interval", n)
+		}
+	})
+}
+
+// A sweep that fails in the background is logged as a warning with its
+// error (nothing else would report it), but a sweep that Stop cut short
+// is not a failure and is not logged.
+func TestSweeperStartLogsFailedSweeps(t *testing.T) {
+	t.Parallel()
+	start := func(t *testing.T, led *countingLedger, objs *fs.Store, logs *bytes.Buffer) *pipeline.Sweeper {
+		t.Helper()
+		sw, err := pipeline.NewSweeper(pipeline.SweeperConfig{Ledger: led, Objects: objs, Interval: 5 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sw.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return sw
+	}
+	t.Run("failed", func(t *testing.T) {
+		t.Parallel()
+		led, objs := newSweepFixture(t)
+		led.fail = errors.New("ledger unreachable")
+		var logs bytes.Buffer
+		sw := start(t, led, objs, &logs)
+		deadline := time.Now().Add(10 * time.Second)
+		for led.sweeps.Load() < 2 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if err := sw.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if n := led.sweeps.Load(); n < 2 {
+			t.Fatalf("%d sweeps in 10s with a 5ms interval", n)
+		}
+		if !strings.Contains(logs.String(), "sweep failed") || !strings.Contains(logs.String(), "ledger unreachable") {
+			t.Errorf("%d sweeps failed; log:\n%s", led.sweeps.Load(), logs.String())
+		}
+	})
+	t.Run("stopped", func(t *testing.T) {
+		t.Parallel()
+		led, objs := newSweepFixture(t)
+		led.held = make(chan struct{}, 1)
+		var logs bytes.Buffer
+		sw := start(t, led, objs, &logs)
+		within(t, led.held, "the first sweep")
+		if err := sw.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if logs.Len() != 0 {
+			t.Errorf("a sweep cut short by Stop was logged:\n%s", logs.String())
 		}
 	})
 }
