@@ -66,7 +66,9 @@ func TestFetchPages(t *testing.T) {
 		id     int64
 		tenant string
 	}
-	queue := []msg{{1, "a"}, {2, "a"}, {3, "a"}, {4, "b"}, {5, "a"}, {6, "c"}}
+	// Longer than any fetch wants: a page that read more than the claims
+	// still wanted (Max less those made) would claim past Max.
+	queue := []msg{{1, "a"}, {2, "a"}, {3, "a"}, {4, "b"}, {5, "a"}, {6, "c"}, {7, "d"}, {8, "e"}}
 	for _, tc := range []struct {
 		name      string
 		max       int
