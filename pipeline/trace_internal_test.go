@@ -1,0 +1,90 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// endedSpan runs mark on a fresh span of an in-memory tracer and returns
+// the span as it was exported.
+func endedSpan(t *testing.T, mark func(trace.Span)) sdktrace.ReadOnlySpan {
+	t.Helper()
+	rec := tracetest.NewSpanRecorder()
+	_, span := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)).Tracer("t").Start(context.Background(), "s")
+	mark(span)
+	span.End() // a no-op when mark ended it
+	ended := rec.Ended()
+	if len(ended) != 1 {
+		t.Fatalf("%d spans ended, want 1", len(ended))
+	}
+	return ended[0]
+}
+
+func attrOf(s sdktrace.ReadOnlySpan, k attribute.Key) (string, bool) {
+	for _, a := range s.Attributes() {
+		if a.Key == k {
+			return a.Value.Emit(), true
+		}
+	}
+	return "", false
+}
+
+// An attempt's span says how it ended: its outcome, the outcome's error
+// code only when there is one, and status Error for all but a success;
+// an attempt interrupted before an outcome is an Error with no outcome.
+func TestEndAttempt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		o         Outcome
+		err       error
+		outcome   string // "" = no outcome attribute
+		code      string // "" = no error code attribute
+		errStatus bool
+	}{
+		{"succeeded", Outcome{Status: StatusSucceeded}, nil, "succeeded", "", false},
+		{"failed", Outcome{Status: StatusFailed, ErrorCode: "invalid_input"}, nil, "failed", "invalid_input", true},
+		{"retry without a code", Outcome{Status: StatusRetryWait}, nil, "retry_wait", "", true},
+		{"interrupted", Outcome{}, errors.New("lease lost"), "", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := endedSpan(t, func(sp trace.Span) { endAttempt(sp, tc.o, tc.err) })
+			if got, ok := attrOf(s, AttrOutcome); got != tc.outcome || ok != (tc.outcome != "") {
+				t.Errorf("outcome attribute %q (set %v), want %q", got, ok, tc.outcome)
+			}
+			if got, ok := attrOf(s, AttrErrorCode); got != tc.code || ok != (tc.code != "") {
+				t.Errorf("error code attribute %q (set %v), want %q", got, ok, tc.code)
+			}
+			if (s.Status().Code == codes.Error) != tc.errStatus {
+				t.Errorf("status %v, want Error: %v", s.Status(), tc.errStatus)
+			}
+		})
+	}
+}
+
+// failSpan marks a span failed with the error's class code and safe
+// message, never its cause; no error leaves the span as it was.
+func TestFailSpan(t *testing.T) {
+	t.Parallel()
+	s := endedSpan(t, func(sp trace.Span) { failSpan(sp, nil) })
+	if _, ok := attrOf(s, AttrErrorCode); ok || s.Status().Code != codes.Unset {
+		t.Errorf("failSpan(nil) marked the span: %v %v", s.Attributes(), s.Status())
+	}
+	err := &ClassifiedError{Class: ClassTransient, Code: "render_failed", Message: "joining the scenes failed",
+		Cause: errors.New("/secret/path/clip.mp4: broken pipe")}
+	s = endedSpan(t, func(sp trace.Span) { failSpan(sp, err) })
+	if got, _ := attrOf(s, AttrErrorCode); got != "render_failed" {
+		t.Errorf("error code %q, want render_failed", got)
+	}
+	if st := s.Status(); st.Code != codes.Error || st.Description != "joining the scenes failed" {
+		t.Errorf("status %v, want Error with the safe message only", st)
+	}
+}
