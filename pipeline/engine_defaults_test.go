@@ -121,14 +121,14 @@ func TestWorkerConfigDefaults(t *testing.T) {
 	var c WorkerConfig
 	c.setDefaults()
 	if c.Concurrency != 2 || c.LeaseFor != 30*time.Second || c.Poll != 200*time.Millisecond || c.PruneEvery != 10*time.Minute ||
-		c.Clock == nil || c.Logger == nil {
+		c.FlushEvery != 10*time.Second || c.Clock == nil || c.Logger == nil {
 		t.Fatalf("zero config: %+v", c)
 	}
-	set := WorkerConfig{Concurrency: 7, LeaseFor: 9 * time.Second, Poll: time.Second, PruneEvery: time.Hour,
+	set := WorkerConfig{Concurrency: 7, LeaseFor: 9 * time.Second, Poll: time.Second, PruneEvery: time.Hour, FlushEvery: time.Minute,
 		Clock: NewManualClock(time.Unix(0, 0)), Logger: slog.New(slog.DiscardHandler)}
 	c = set
 	c.setDefaults()
-	if c.Concurrency != 7 || c.LeaseFor != 9*time.Second || c.Poll != time.Second || c.PruneEvery != time.Hour || c.Clock != set.Clock || c.Logger != set.Logger {
+	if c.Concurrency != 7 || c.LeaseFor != 9*time.Second || c.Poll != time.Second || c.PruneEvery != time.Hour || c.FlushEvery != time.Minute || c.Clock != set.Clock || c.Logger != set.Logger {
 		t.Fatalf("explicit settings changed by defaults: %+v", c)
 	}
 }

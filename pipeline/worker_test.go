@@ -2,8 +2,12 @@ package pipeline_test
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -275,4 +279,122 @@ func TestWorkerTenantMaxRunning(t *testing.T) {
 		Owner: "test", TenantMaxRunning: -1}); err == nil {
 		t.Error("a negative tenant limit was accepted")
 	}
+}
+
+// flakyJobStore is the harness's store with Fetch counted, and Fetch or
+// Finish failing when told to (set before the worker starts).
+type flakyJobStore struct {
+	pipeline.Store
+	fetches   atomic.Int32
+	fetchErr  error
+	finishErr error
+}
+
+func (s *flakyJobStore) Fetch(ctx context.Context, p *pipeline.FetchParams) ([]pipeline.Claimed, pipeline.FetchStats, error) {
+	s.fetches.Add(1)
+	if s.fetchErr != nil {
+		return nil, pipeline.FetchStats{}, s.fetchErr
+	}
+	return s.Store.Fetch(ctx, p)
+}
+
+func (s *flakyJobStore) Finish(ctx context.Context, l pipeline.Lease, o pipeline.Outcome) error {
+	if s.finishErr != nil {
+		return s.finishErr
+	}
+	return s.Store.Finish(ctx, l, o)
+}
+
+// What a worker's background loops see is only in its log: a failed fetch,
+// prune, flush or outcome write is a warning with its error; a prune or a
+// flush that did something is noted; and an idle worker with nothing
+// wrong logs nothing, however many rounds it runs, and fetches each queue
+// once per poll interval rather than spinning.
+func TestWorkerLogsWhatOnlyItSees(t *testing.T) {
+	t.Parallel()
+	start := func(t *testing.T, h *harness, st *flakyJobStore, logs *syncBuffer) *pipeline.Worker {
+		t.Helper()
+		w, err := pipeline.NewWorker(pipeline.WorkerConfig{Store: st, Engine: h.engine, Queues: []string{"render-v1", "render-v2"},
+			Owner: "test", Concurrency: 1, LeaseFor: 3 * time.Second, Poll: time.Hour, PruneEvery: 5 * time.Millisecond,
+			FlushEvery: 5 * time.Millisecond, Clock: h.clock,
+			Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	stop := func(t *testing.T, w *pipeline.Worker) {
+		t.Helper()
+		if err := w.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("idle", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		st := &flakyJobStore{Store: h.store}
+		var logs syncBuffer
+		w := start(t, h, st, &logs)
+		time.Sleep(150 * time.Millisecond) // some thirty prune and flush rounds
+		stop(t, w)
+		if n := st.fetches.Load(); n != 2 {
+			t.Errorf("an idle worker fetched %d times in 150ms with an hour's poll interval, want once per queue", n)
+		}
+		if logs.String() != "" {
+			t.Errorf("an idle worker logged:\n%s", logs.String())
+		}
+	})
+	t.Run("pruned", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		h.submit("v1-ended", board(img("a", "", 600)))
+		if _, err := h.store.RequestCancel(context.Background(), "acme", "v1-ended"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(h.cfg.SpoolDir, "v1-ended"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		var logs syncBuffer
+		w := start(t, h, &flakyJobStore{Store: h.store}, &logs)
+		time.Sleep(100 * time.Millisecond)
+		stop(t, w)
+		if got := strings.Count(logs.String(), `msg="pruned spooled results of ended jobs"`); got != 1 ||
+			!strings.Contains(logs.String(), "jobs=1") || strings.Contains(logs.String(), "WARN") {
+			t.Errorf("want one note of the prune and no warning; log:\n%s", logs.String())
+		}
+	})
+	t.Run("failed", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		// A spool path that is a file: neither pruning nor flushing can read it.
+		if err := os.WriteFile(h.cfg.SpoolDir, []byte("not a directory"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var logs syncBuffer
+		w := start(t, h, &flakyJobStore{Store: h.store, fetchErr: errors.New("queue unreachable")}, &logs)
+		waitFor(t, "the warnings", func() bool {
+			s := logs.String()
+			return strings.Contains(s, "fetch failed") && strings.Contains(s, "pruning the spool failed") &&
+				strings.Contains(s, "staging spooled answers failed")
+		})
+		stop(t, w)
+		if !strings.Contains(logs.String(), "queue unreachable") || !strings.Contains(logs.String(), "not a directory") {
+			t.Errorf("the warnings do not carry their errors:\n%s", logs.String())
+		}
+	})
+	t.Run("outcome not recorded", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		h.submit("v1-unrecorded", board(img("a", "", 600)))
+		var logs syncBuffer
+		w := start(t, h, &flakyJobStore{Store: h.store, finishErr: errors.New("database is locked")}, &logs)
+		waitFor(t, "the warning", func() bool { return strings.Contains(logs.String(), "recording the outcome failed") })
+		stop(t, w)
+		if !strings.Contains(logs.String(), "database is locked") {
+			t.Errorf("the warning does not carry its error:\n%s", logs.String())
+		}
+	})
 }
