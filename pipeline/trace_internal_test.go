@@ -30,7 +30,7 @@ func endedSpan(t *testing.T, mark func(trace.Span)) sdktrace.ReadOnlySpan {
 func attrOf(s sdktrace.ReadOnlySpan, k attribute.Key) (string, bool) {
 	for _, a := range s.Attributes() {
 		if a.Key == k {
-			return a.Value.Emit(), true
+			return a.Value.String(), true
 		}
 	}
 	return "", false
