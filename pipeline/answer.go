@@ -70,6 +70,22 @@ func safeName(s string) string {
 	}, s)
 }
 
+// spoolJob is the job whose spool directory is name, or ErrNotFound. A
+// job key of JobKey's form (instance id, JobKeySeparator, the tenant's
+// hash) is written by safeName with "_t" for ".t", so the directory's own
+// name finds no job: the key is rebuilt from it first. (A key that is
+// literally the name, as jobs stored before per-tenant ids have, is tried
+// next.) The caller still checks that safeName of the job's key is name.
+func (e *Engine) spoolJob(ctx context.Context, name string) (Job, error) {
+	if i := len(name) - JobKeySuffixLen; i > 0 && name[i:i+len(JobKeySeparator)] == "_t" {
+		j, err := e.cfg.Store.GetJob(ctx, name[:i]+JobKeySeparator+name[i+len(JobKeySeparator):])
+		if !errors.Is(err, ErrNotFound) {
+			return j, err
+		}
+	}
+	return e.cfg.Store.GetJob(ctx, name)
+}
+
 // paidAnswer finds the answer of an earlier call for this unit's op that
 // was paid for but not yet made into its asset: staged (an asset row under
 // its staging key, or an orphaned staged object, adopted), or spooled on

@@ -330,7 +330,7 @@ func (e *Engine) PruneSpool(ctx context.Context) (int, error) {
 		if !ent.IsDir() {
 			continue
 		}
-		j, err := e.cfg.Store.GetJob(ctx, ent.Name())
+		j, err := e.spoolJob(ctx, ent.Name())
 		if errors.Is(err, ErrNotFound) {
 			continue
 		}

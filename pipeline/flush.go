@@ -39,7 +39,7 @@ func (e *Engine) FlushSpool(ctx context.Context) (int, error) {
 		if !d.IsDir() {
 			continue
 		}
-		j, err := e.cfg.Store.GetJob(ctx, d.Name())
+		j, err := e.spoolJob(ctx, d.Name())
 		if errors.Is(err, ErrNotFound) {
 			continue
 		}

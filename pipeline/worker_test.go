@@ -123,14 +123,28 @@ func TestPruneSpool(t *testing.T) {
 		}
 		return dir
 	}
+	// A job as the API stores it: its key is JobKey's (instance id, ".t",
+	// the tenant's hash), whose spool directory says "_t" for ".t".
+	keyed := pipeline.JobKey("acme", "v1-keyed")
+	sb, _ := board(img("c", "", 600)).Normalize()
+	if _, _, err := h.store.CreateJob(ctx, pipeline.NewJob{ID: keyed, InstanceID: "v1-keyed", Tenant: "acme",
+		Operation: pipeline.OperationRenderVideo, IdempotencyKey: "k-keyed", Input: sb.Canonical(),
+		RequestFingerprint: pipeline.Fingerprint(pipeline.OperationRenderVideo, sb, ""), Version: "v1", Queue: "render-v1"}); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := h.store.RequestCancel(ctx, "acme", "v1-keyed"); err != nil || j.Status != pipeline.StatusCanceled {
+		t.Fatalf("cancel: %+v %v", j, err)
+	}
 	ended, waiting, unknown := spool("v1-ended"), spool("v1-waiting"), spool("v1-nosuchjob")
+	keyedDir := spool(strings.ReplaceAll(keyed, ".", "_"))
 	n, err := h.engine.PruneSpool(ctx)
-	if err != nil || n != 1 {
-		t.Fatalf("PruneSpool = %d, %v; want 1", n, err)
+	if err != nil || n != 2 {
+		t.Fatalf("PruneSpool = %d, %v; want 2", n, err)
 	}
 	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
-	if exists(ended) || !exists(waiting) || !exists(unknown) {
-		t.Fatalf("after pruning: ended %v (want gone), waiting %v, unknown %v (want kept)", exists(ended), exists(waiting), exists(unknown))
+	if exists(ended) || exists(keyedDir) || !exists(waiting) || !exists(unknown) {
+		t.Fatalf("after pruning: ended %v, keyed %v (want gone), waiting %v, unknown %v (want kept)",
+			exists(ended), exists(keyedDir), exists(waiting), exists(unknown))
 	}
 
 	// The worker prunes when it starts.
