@@ -357,7 +357,7 @@ func (c *uploadClient) opts(opts []func(*awss3.Options)) []func(*awss3.Options) 
 }
 
 func (c *uploadClient) PutObject(ctx context.Context, in *awss3.PutObjectInput, opts ...func(*awss3.Options)) (*awss3.PutObjectOutput, error) {
-	return c.Client.PutObject(ctx, in, c.opts(opts)...)
+	return c.Client.PutObject(ctx, in, append(c.opts(opts), retryDeniedWrites)...)
 }
 
 func (c *uploadClient) CreateMultipartUpload(ctx context.Context, in *awss3.CreateMultipartUploadInput, opts ...func(*awss3.Options)) (*awss3.CreateMultipartUploadOutput, error) {
@@ -366,7 +366,48 @@ func (c *uploadClient) CreateMultipartUpload(ctx context.Context, in *awss3.Crea
 			o.APIOptions = append(o.APIOptions, smithyhttp.SetHeaderValue("If-None-Match", "*"))
 		})
 	}
-	return c.Client.CreateMultipartUpload(ctx, in, opts...)
+	return c.Client.CreateMultipartUpload(ctx, in, append(opts, retryDeniedWrites)...)
+}
+
+func (c *uploadClient) CompleteMultipartUpload(ctx context.Context, in *awss3.CompleteMultipartUploadInput, opts ...func(*awss3.Options)) (*awss3.CompleteMultipartUploadOutput, error) {
+	return c.Client.CompleteMultipartUpload(ctx, in, append(opts, retryDeniedWrites)...)
+}
+
+// deniedWriteDelay is how long the n-th retry of a write refused with
+// AccessDenied waits: n times this.
+const deniedWriteDelay = 25 * time.Millisecond
+
+// retryDeniedWrites lets the SDK's retryer retry a write that creates a
+// key (PutObject, CreateMultipartUpload, CompleteMultipartUpload) when the
+// server refused it with 403 AccessDenied, within the retryer's attempts
+// and after a short delay. MinIO on a single drive keeps keys as
+// directories and removes a prefix's directory once its last object is
+// deleted; a write under that prefix that races the removal is refused
+// with AccessDenied, although nothing about it is denied. The workers of
+// one machine do exactly that with a job's staging keys. A write that is
+// really denied (credentials, policy) is refused again and fails after the
+// retries, some 75 ms later than without them. Reads and deletes keep the
+// standard retryer: nothing is created under a prefix there.
+func retryDeniedWrites(o *awss3.Options) {
+	if base, ok := o.Retryer.(aws.RetryerV2); ok {
+		o.Retryer = deniedWriteRetryer{base}
+	}
+}
+
+// deniedWriteRetryer is a retryer that also retries AccessDenied, with
+// deniedWriteDelay instead of the base's backoff (whose first retry waits
+// up to two seconds: far too long for a race that lasts microseconds).
+type deniedWriteRetryer struct{ aws.RetryerV2 }
+
+func (r deniedWriteRetryer) IsErrorRetryable(err error) bool {
+	return apiCode(err) == "AccessDenied" || r.RetryerV2.IsErrorRetryable(err)
+}
+
+func (r deniedWriteRetryer) RetryDelay(attempt int, err error) (time.Duration, error) {
+	if apiCode(err) == "AccessDenied" {
+		return time.Duration(attempt) * deniedWriteDelay, nil
+	}
+	return r.RetryerV2.RetryDelay(attempt, err)
 }
 
 func (c *uploadClient) UploadPart(ctx context.Context, in *awss3.UploadPartInput, opts ...func(*awss3.Options)) (*awss3.UploadPartOutput, error) {
