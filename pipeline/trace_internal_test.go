@@ -2,7 +2,11 @@ package pipeline
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
+	"fmt"
+	"io"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -86,5 +90,54 @@ func TestFailSpan(t *testing.T) {
 	}
 	if st := s.Status(); st.Code != codes.Error || st.Description != "joining the scenes failed" {
 		t.Errorf("status %v, want Error with the safe message only", st)
+	}
+}
+
+// readingStore reads a put's body to its end, then answers err.
+type readingStore struct {
+	ObjectStore
+	err error
+}
+
+func (s readingStore) Put(_ context.Context, key string, r io.Reader, _ PutOptions) (ObjectInfo, error) {
+	n, err := io.Copy(io.Discard, r)
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	return ObjectInfo{Key: key, Size: n}, s.err
+}
+
+// An upload's span names the key, the kind and the bytes sent, and is an
+// Error exactly when the put failed.
+func TestObjectWritePutSpan(t *testing.T) {
+	t.Parallel()
+	for _, putErr := range []error{nil, errors.New("connection reset by peer")} {
+		t.Run(fmt.Sprint(putErr), func(t *testing.T) {
+			t.Parallel()
+			rec := tracetest.NewSpanRecorder()
+			w := &objectWrite{
+				Objects: readingStore{err: putErr},
+				Key:     "units/j/1/image.png",
+				Kind:    "image",
+				Tracer:  sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)).Tracer("t"),
+			}
+			hr := &hashingReader{r: strings.NewReader("twelve bytes"), h: sha256.New()}
+			if _, err := w.put(t.Context(), hr); !errors.Is(err, putErr) {
+				t.Fatalf("put = %v, want %v", err, putErr)
+			}
+			ended := rec.Ended()
+			if len(ended) != 1 || ended[0].Name() != SpanUpload {
+				t.Fatalf("ended spans %v, want one %s", ended, SpanUpload)
+			}
+			s := ended[0]
+			for k, want := range map[attribute.Key]string{AttrObjectKey: w.Key, AttrObjectKind: "image", AttrObjectBytes: "12"} {
+				if got, _ := attrOf(s, k); got != want {
+					t.Errorf("%s = %q, want %q", k, got, want)
+				}
+			}
+			if (s.Status().Code == codes.Error) != (putErr != nil) {
+				t.Errorf("status %v after put error %v", s.Status(), putErr)
+			}
+		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"edgepipe/pipeline"
+	"edgepipe/provider/fake"
 )
 
 func newWorker(t *testing.T, h *harness, concurrency int) *pipeline.Worker {
@@ -319,6 +320,20 @@ func (s *flakyJobStore) Finish(ctx context.Context, l pipeline.Lease, o pipeline
 	return s.Store.Finish(ctx, l, o)
 }
 
+// stagedAnswersFail is a store whose StagedAnswers fails for the final
+// jobs (the query Engine.Forget makes when a job ends).
+type stagedAnswersFail struct {
+	pipeline.Store
+	err error
+}
+
+func (s *stagedAnswersFail) StagedAnswers(ctx context.Context, p *pipeline.StagedAnswersParams) ([]pipeline.Asset, error) {
+	if p.FinalJobsOnly {
+		return nil, s.err
+	}
+	return s.Store.StagedAnswers(ctx, p)
+}
+
 // What a worker's background loops see is only in its log: a failed fetch,
 // prune, flush or outcome write is a warning with its error; a prune or a
 // flush that did something is noted; and an idle worker with nothing
@@ -397,6 +412,20 @@ func TestWorkerLogsWhatOnlyItSees(t *testing.T) {
 		stop(t, w)
 		if !strings.Contains(logs.String(), "queue unreachable") || !strings.Contains(logs.String(), "not a directory") {
 			t.Errorf("the warnings do not carry their errors:\n%s", logs.String())
+		}
+	})
+	t.Run("staged answers not released", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, func(ec *pipeline.EngineConfig, _ *fake.Config) {
+			ec.Store = &stagedAnswersFail{Store: ec.Store, err: errors.New("disk I/O error")}
+		})
+		h.submit("v1-unreleased", board(img("a", "", 600)))
+		var logs syncBuffer
+		w := start(t, h, &flakyJobStore{Store: h.store}, &logs)
+		waitFor(t, "the warning", func() bool { return strings.Contains(logs.String(), "releasing the job's staged answers failed") })
+		stop(t, w)
+		if !strings.Contains(logs.String(), "disk I/O error") || !strings.Contains(logs.String(), "status=succeeded") {
+			t.Errorf("the warning does not carry its error, or the job did not succeed:\n%s", logs.String())
 		}
 	})
 	t.Run("outcome not recorded", func(t *testing.T) {
