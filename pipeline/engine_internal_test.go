@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 )
 
@@ -72,5 +73,39 @@ func TestRecovered(t *testing.T) {
 				t.Errorf("calls made ambiguous %v, want %v", ids, tc.finished)
 			}
 		})
+	}
+}
+
+// Validate names the first missing part or bad setting of an engine's
+// configuration, and passes a complete one.
+func TestEngineConfigValidate(t *testing.T) {
+	t.Parallel()
+	type noProviders struct{ Providers }
+	valid := func() EngineConfig {
+		return EngineConfig{Store: &callsStore{}, Objects: readingStore{}, Providers: noProviders{},
+			Renderers: func(context.Context, int, int, int) (Renderer, error) { return nil, nil },
+			UnitConcurrency: 1, ClipConcurrency: 1, Retry: DefaultRetryPolicy()}
+	}
+	if err := valid().Validate(); err != nil {
+		t.Fatalf("a complete config: %v", err)
+	}
+	for _, tc := range []struct {
+		want   string
+		change func(*EngineConfig)
+	}{
+		{"no store", func(c *EngineConfig) { c.Store = nil }},
+		{"no object store", func(c *EngineConfig) { c.Objects = nil }},
+		{"no providers", func(c *EngineConfig) { c.Providers = nil }},
+		{"no renderer", func(c *EngineConfig) { c.Renderers = nil }},
+		{"unit concurrency", func(c *EngineConfig) { c.UnitConcurrency = 0 }},
+		{"clip concurrency", func(c *EngineConfig) { c.ClipConcurrency = 0 }},
+		{"max attempts", func(c *EngineConfig) { c.Retry.MaxAttempts = 0 }},
+		{"engine: invalid input: rate limits need a store", func(c *EngineConfig) { c.RateLimits.Limits = []RateLimit{{}} }},
+	} {
+		c := valid()
+		tc.change(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Validate = %v, want an error naming it", tc.want, err)
+		}
 	}
 }
