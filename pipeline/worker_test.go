@@ -422,10 +422,11 @@ func TestWorkerLogsWhatOnlyItSees(t *testing.T) {
 		h.submit("v1-unreleased", board(img("a", "", 600)))
 		var logs syncBuffer
 		w := start(t, h, &flakyJobStore{Store: h.store}, &logs)
-		waitFor(t, "the warning", func() bool { return strings.Contains(logs.String(), "releasing the job's staged answers failed") })
+		waitFor(t, "the attempt's end", func() bool { return strings.Contains(logs.String(), "attempt finished") })
 		stop(t, w)
-		if !strings.Contains(logs.String(), "disk I/O error") || !strings.Contains(logs.String(), "status=succeeded") {
-			t.Errorf("the warning does not carry its error, or the job did not succeed:\n%s", logs.String())
+		if !strings.Contains(logs.String(), "releasing the job's staged answers failed") || !strings.Contains(logs.String(), "disk I/O error") ||
+			!strings.Contains(logs.String(), "status=succeeded") {
+			t.Errorf("no warning with its error, or the job did not succeed:\n%s", logs.String())
 		}
 	})
 	t.Run("outcome not recorded", func(t *testing.T) {

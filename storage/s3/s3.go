@@ -366,48 +366,47 @@ func (c *uploadClient) CreateMultipartUpload(ctx context.Context, in *awss3.Crea
 			o.APIOptions = append(o.APIOptions, smithyhttp.SetHeaderValue("If-None-Match", "*"))
 		})
 	}
-	return c.Client.CreateMultipartUpload(ctx, in, append(opts, retryDeniedWrites)...)
+	return c.Client.CreateMultipartUpload(ctx, in, opts...)
 }
 
 func (c *uploadClient) CompleteMultipartUpload(ctx context.Context, in *awss3.CompleteMultipartUploadInput, opts ...func(*awss3.Options)) (*awss3.CompleteMultipartUploadOutput, error) {
 	return c.Client.CompleteMultipartUpload(ctx, in, append(opts, retryDeniedWrites)...)
 }
 
-// deniedWriteDelay is how long the n-th retry of a write refused with
-// AccessDenied waits: n times this.
-const deniedWriteDelay = 25 * time.Millisecond
-
-// retryDeniedWrites lets the SDK's retryer retry a write that creates a
-// key (PutObject, CreateMultipartUpload, CompleteMultipartUpload) when the
-// server refused it with 403 AccessDenied, within the retryer's attempts
-// and after a short delay. MinIO on a single drive keeps keys as
-// directories and removes a prefix's directory once its last object is
-// deleted; a write under that prefix that races the removal is refused
-// with AccessDenied, although nothing about it is denied. The workers of
-// one machine do exactly that with a job's staging keys. A write that is
-// really denied (credentials, policy) is refused again and fails after the
-// retries, some 75 ms later than without them. Reads and deletes keep the
-// standard retryer: nothing is created under a prefix there.
+// retryDeniedWrites lets the SDK's retryer retry the two requests that
+// publish an object under its key (PutObject, CompleteMultipartUpload)
+// when the server refused them with 403 AccessDenied. MinIO on a single
+// drive keeps a key's prefixes as directories and removes one once its
+// last object is deleted; a write that races the removal is refused with
+// AccessDenied, although nothing about it is denied. The workers of one
+// machine do exactly that with a job's staging keys. The retries are the
+// retryer's (its attempts, 3 by default, and its backoff); a write that is
+// really denied (credentials, policy) is refused each time and then fails.
+// CreateMultipartUpload and UploadPart write outside the key's prefix on
+// MinIO; reads and deletes create nothing.
 func retryDeniedWrites(o *awss3.Options) {
 	if base, ok := o.Retryer.(aws.RetryerV2); ok {
 		o.Retryer = deniedWriteRetryer{base}
 	}
 }
 
-// deniedWriteRetryer is a retryer that also retries AccessDenied, with
-// deniedWriteDelay instead of the base's backoff (whose first retry waits
-// up to two seconds: far too long for a race that lasts microseconds).
+// deniedWriteRetryer is a retryer that also retries AccessDenied, without
+// taking a token of the client's retry quota for it: the quota is shared
+// by every request of the client and a token is only given back when its
+// retry succeeds, so puts with credentials that are really denied would
+// otherwise drain it and leave every other request (parts, reads, 5xx
+// answers) without retries.
 type deniedWriteRetryer struct{ aws.RetryerV2 }
 
 func (r deniedWriteRetryer) IsErrorRetryable(err error) bool {
 	return apiCode(err) == "AccessDenied" || r.RetryerV2.IsErrorRetryable(err)
 }
 
-func (r deniedWriteRetryer) RetryDelay(attempt int, err error) (time.Duration, error) {
+func (r deniedWriteRetryer) GetRetryToken(ctx context.Context, err error) (func(error) error, error) {
 	if apiCode(err) == "AccessDenied" {
-		return time.Duration(attempt) * deniedWriteDelay, nil
+		return func(error) error { return nil }, nil
 	}
-	return r.RetryerV2.RetryDelay(attempt, err)
+	return r.RetryerV2.GetRetryToken(ctx, err)
 }
 
 func (c *uploadClient) UploadPart(ctx context.Context, in *awss3.UploadPartInput, opts ...func(*awss3.Options)) (*awss3.UploadPartOutput, error) {

@@ -91,8 +91,7 @@ func TestPutReturnsEveryPartBuffer(t *testing.T) {
 		{name: "source fails at part 4", size: 15 * mib, srcErr: io.ErrUnexpectedEOF, creates: 1, parts: 3},
 		{name: "PutObject refused, small", size: 1024, answer: refuse("PutObject")},
 		{name: "PutObject refused, one part", size: 5 * mib, answer: refuse("PutObject")},
-		// AccessDenied on a write is retried (retryDeniedWrites): three requests.
-		{name: "CreateMultipartUpload refused", size: 11 * mib, answer: refuse("CreateMultipartUpload"), creates: 3},
+		{name: "CreateMultipartUpload refused", size: 11 * mib, answer: refuse("CreateMultipartUpload"), creates: 1},
 		{name: "UploadPart refused", size: 26 * mib, answer: refuse("UploadPart"), creates: 1, parts: -1},
 		{name: "CompleteMultipartUpload refused", size: 11 * mib, answer: refuse("CompleteMultipartUpload"), creates: 1, parts: 3},
 		{name: "part limit", size: 15*mib + 1, maxParts: 3, creates: 1, parts: 3},

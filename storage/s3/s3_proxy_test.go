@@ -642,44 +642,33 @@ func TestPutRefusesMorePartsThanS3Allows(t *testing.T) {
 
 // TestDeniedWritesAreRetried: MinIO on a single drive refuses a write that
 // races the removal of its prefix's directory with 403 AccessDenied (see
-// retryDeniedWrites). The three requests that create a key are retried
-// after such a refusal, with the same bytes, and a put that keeps being
-// refused fails after the retryer's three attempts; a read refused with
-// AccessDenied is not retried.
+// retryDeniedWrites). The two requests that publish an object are retried
+// after such a refusal, with the same bytes and still create-only; a put
+// that keeps being refused fails after the retryer's three attempts; other
+// requests refused with AccessDenied are not retried.
 func TestDeniedWritesAreRetried(t *testing.T) {
 	t.Parallel()
 	const mib = 1 << 20
 	tests := []struct {
-		op      string
-		size    int64
-		refuse  int // the first refuse requests of op are refused
-		ok      bool
-		retried int // requests of op
+		op       string
+		size     int64
+		refuse   int // the first refuse requests of op are refused
+		ok       bool
+		requests int // requests of op
 	}{
-		{op: "PutObject", size: 1024, refuse: 1, ok: true, retried: 2},
-		{op: "PutObject", size: 1024, refuse: 2, ok: true, retried: 3},
-		{op: "PutObject", size: 1024, refuse: 100, retried: 3},
-		{op: "CreateMultipartUpload", size: 11 * mib, refuse: 2, ok: true, retried: 3},
-		{op: "CreateMultipartUpload", size: 11 * mib, refuse: 100, retried: 3},
-		{op: "CompleteMultipartUpload", size: 11 * mib, refuse: 1, ok: true, retried: 2},
-		{op: "CompleteMultipartUpload", size: 11 * mib, refuse: 100, retried: 3},
+		{op: "PutObject", size: 1024, refuse: 1, ok: true, requests: 2},
+		{op: "PutObject", size: 1024, refuse: 2, ok: true, requests: 3},
+		{op: "PutObject", size: 1024, refuse: 100, requests: 3},
+		{op: "CompleteMultipartUpload", size: 11 * mib, refuse: 1, ok: true, requests: 2},
+		{op: "CompleteMultipartUpload", size: 11 * mib, refuse: 2, ok: true, requests: 3},
+		{op: "CompleteMultipartUpload", size: 11 * mib, refuse: 100, requests: 3},
+		{op: "CreateMultipartUpload", size: 11 * mib, refuse: 1, requests: 1},
+		{op: "UploadPart", size: 11 * mib, refuse: 100, requests: -1}, // parts in flight
 	}
 	for _, tc := range tests {
 		t.Run(fmt.Sprintf("%s refused %d times", tc.op, tc.refuse), func(t *testing.T) {
 			t.Parallel()
-			var mu sync.Mutex
-			refused := 0
-			p := newS3Proxy(t, fakeS3{}, func(w http.ResponseWriter, r *http.Request, op string) bool {
-				mu.Lock()
-				defer mu.Unlock()
-				if op != tc.op || refused == tc.refuse {
-					return false
-				}
-				refused++
-				_, _ = io.Copy(io.Discard, r.Body)
-				s3Error(w, r, http.StatusForbidden, "AccessDenied")
-				return true
-			})
+			p := newS3Proxy(t, fakeS3{}, refuseFirst(tc.op, tc.refuse))
 			s := proxiedStore(t, p.URL, nil)
 			want, err := io.ReadAll(storagetest.Stream(3, tc.size))
 			if err != nil {
@@ -687,12 +676,18 @@ func TestDeniedWritesAreRetried(t *testing.T) {
 			}
 			sum := sha256.Sum256(want)
 			info, err := s.Put(t.Context(), "k", storagetest.Stream(3, tc.size), pipeline.PutOptions{CreateOnly: true})
-			if got := len(p.ops(tc.op)); got != tc.retried {
-				t.Errorf("%d %s requests, want %d", got, tc.op, tc.retried)
+			reqs := p.ops(tc.op)
+			if tc.requests >= 0 && len(reqs) != tc.requests {
+				t.Errorf("%d %s requests, want %d", len(reqs), tc.op, tc.requests)
+			}
+			for i, r := range reqs {
+				if tc.op != "UploadPart" && r.ifNoneMatch != "*" {
+					t.Errorf("%s request %d has If-None-Match %q, want *", tc.op, i+1, r.ifNoneMatch)
+				}
 			}
 			if !tc.ok {
 				if err == nil || !strings.Contains(err.Error(), "AccessDenied") {
-					t.Fatalf("Put refused every time = %v, want the AccessDenied", err)
+					t.Fatalf("Put refused = %v, want the AccessDenied", err)
 				}
 				return
 			}
@@ -708,21 +703,65 @@ func TestDeniedWritesAreRetried(t *testing.T) {
 			}
 		})
 	}
-	t.Run("HeadObject is not retried", func(t *testing.T) {
+	t.Run("GetObject is not retried", func(t *testing.T) {
 		t.Parallel()
+		p := newS3Proxy(t, fakeS3{}, refuseFirst("GetObject", 100))
+		s := proxiedStore(t, p.URL, nil)
+		if _, _, err := s.Get(t.Context(), "k", 0, -1); err == nil {
+			t.Fatal("Get refused = nil error")
+		}
+		if got := len(p.ops("GetObject")); got != 1 {
+			t.Errorf("%d GetObject requests, want 1", got)
+		}
+	})
+	// The client's retry quota is shared by all its requests and a token
+	// comes back only when its retry succeeds: puts that are really denied
+	// must not spend it, or after a few dozen of them nothing (not even
+	// this race) would be retried again.
+	t.Run("denied puts leave the retry quota alone", func(t *testing.T) {
+		t.Parallel()
+		var mu sync.Mutex
+		denyAll := true
+		refusedOnce := false
 		p := newS3Proxy(t, fakeS3{}, func(w http.ResponseWriter, r *http.Request, op string) bool {
-			if op != "HeadObject" {
+			mu.Lock()
+			defer mu.Unlock()
+			if op != "PutObject" || (!denyAll && refusedOnce) {
 				return false
 			}
+			refusedOnce = true
+			_, _ = io.Copy(io.Discard, r.Body)
 			s3Error(w, r, http.StatusForbidden, "AccessDenied")
 			return true
 		})
 		s := proxiedStore(t, p.URL, nil)
-		if _, err := s.Head(t.Context(), "k"); err == nil {
-			t.Fatal("Head refused = nil error")
+		for i := range 25 {
+			if _, err := s.Put(t.Context(), "k", strings.NewReader("x"), pipeline.PutOptions{}); err == nil {
+				t.Fatalf("denied put %d succeeded", i)
+			}
 		}
-		if got := len(p.ops("HeadObject")); got != 1 {
-			t.Errorf("%d HeadObject requests, want 1", got)
+		mu.Lock()
+		denyAll, refusedOnce = false, false
+		mu.Unlock()
+		if _, err := s.Put(t.Context(), "k", strings.NewReader("x"), pipeline.PutOptions{}); err != nil {
+			t.Fatalf("a put refused once after 25 denied puts = %v, want it retried", err)
 		}
 	})
+}
+
+// refuseFirst answers the first n requests of op with 403 AccessDenied.
+func refuseFirst(op string, n int) func(http.ResponseWriter, *http.Request, string) bool {
+	var mu sync.Mutex
+	refused := 0
+	return func(w http.ResponseWriter, r *http.Request, got string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if got != op || refused == n {
+			return false
+		}
+		refused++
+		_, _ = io.Copy(io.Discard, r.Body)
+		s3Error(w, r, http.StatusForbidden, "AccessDenied")
+		return true
+	}
 }
