@@ -33,6 +33,8 @@ func TestEngineConfigDefaults(t *testing.T) {
 		{"video poll interval", c.VideoPollInterval, 100 * time.Millisecond},
 		{"video timeout", c.VideoTimeout, 10 * time.Minute},
 		{"spool patience", c.SpoolPatience, 30 * time.Second},
+		{"rate slot TTL", c.RateLimits.SlotTTL, DefaultRateSlotTTL},
+		{"rate poll", c.RateLimits.Poll, DefaultRatePoll},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("default %s = %v, want %v", tc.name, tc.got, tc.want)
@@ -46,11 +48,13 @@ func TestEngineConfigDefaults(t *testing.T) {
 		Logger:          log,
 		Metrics:         nopMetrics{},
 		UnitConcurrency: 9, ClipConcurrency: 5, TempDir: "/x", VideoPollInterval: 7 * time.Millisecond, VideoTimeout: 3 * time.Second, SpoolPatience: time.Second,
+		RateLimits: RateLimits{SlotTTL: time.Hour, Poll: time.Millisecond},
 	}
 	c = set
 	c.setDefaults()
 	if c.Retry.MaxAttempts != 2 || c.Retry.Base != time.Second || c.Clock != set.Clock || c.Logger != log || c.UnitConcurrency != 9 || c.ClipConcurrency != 5 || c.TempDir != "/x" ||
-		c.VideoPollInterval != 7*time.Millisecond || c.VideoTimeout != 3*time.Second || c.SpoolPatience != time.Second {
+		c.VideoPollInterval != 7*time.Millisecond || c.VideoTimeout != 3*time.Second || c.SpoolPatience != time.Second ||
+		c.RateLimits.SlotTTL != time.Hour || c.RateLimits.Poll != time.Millisecond {
 		t.Fatalf("explicit settings changed by defaults: %+v", c)
 	}
 }

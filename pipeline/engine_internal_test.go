@@ -83,7 +83,7 @@ func TestEngineConfigValidate(t *testing.T) {
 	type noProviders struct{ Providers }
 	valid := func() EngineConfig {
 		return EngineConfig{Store: &callsStore{}, Objects: readingStore{}, Providers: noProviders{},
-			Renderers: func(context.Context, int, int, int) (Renderer, error) { return nil, nil },
+			Renderers:       func(context.Context, int, int, int) (Renderer, error) { return nil, nil },
 			UnitConcurrency: 1, ClipConcurrency: 1, Retry: DefaultRetryPolicy()}
 	}
 	if err := valid().Validate(); err != nil {

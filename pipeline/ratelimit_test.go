@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,5 +130,9 @@ func TestParseRateLimits(t *testing.T) {
 		if _, err := pipeline.ParseRateLimits(bad); !errors.Is(err, pipeline.ErrInvalidInput) {
 			t.Errorf("%q: %v, want ErrInvalidInput", bad, err)
 		}
+	}
+	// The error names the bad entry by its place, counted from 1.
+	if _, err := pipeline.ParseRateLimits("p:image=60/min, q:image=sixty/min"); err == nil || !strings.Contains(err.Error(), `entry 2 " q:image=sixty/min"`) {
+		t.Errorf("a bad second entry: %v, want it named as entry 2", err)
 	}
 }
