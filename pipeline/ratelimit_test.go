@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"context"
 	"errors"
 	"reflect"
 	"strings"
@@ -131,8 +132,73 @@ func TestParseRateLimits(t *testing.T) {
 			t.Errorf("%q: %v, want ErrInvalidInput", bad, err)
 		}
 	}
+	// The least a limit may say: one request, a burst of one.
+	if got, err := pipeline.ParseRateLimits("p:image=1/s:0:1"); err != nil || len(got) != 1 || got[0].Requests != 1 || got[0].Burst != 1 {
+		t.Errorf("one request a second, burst 1: %+v, %v", got, err)
+	}
 	// The error names the bad entry by its place, counted from 1.
 	if _, err := pipeline.ParseRateLimits("p:image=60/min, q:image=sixty/min"); err == nil || !strings.Contains(err.Error(), `entry 2 " q:image=sixty/min"`) {
 		t.Errorf("a bad second entry: %v, want it named as entry 2", err)
+	}
+}
+
+// memRateTx is one bucket's transaction in memory: the bucket, its live
+// slots, and which of LiveSlots and AddSlot were asked.
+type memRateTx struct {
+	bucket          *pipeline.RateBucket
+	active          int
+	slotReads, adds int
+}
+
+func (m *memRateTx) LockBucket(_ context.Context, _ pipeline.RateLimit, fresh pipeline.RateBucket) (pipeline.RateBucket, error) {
+	if m.bucket == nil {
+		m.bucket = &fresh
+	}
+	return *m.bucket, nil
+}
+
+func (m *memRateTx) SaveBucket(_ context.Context, _ pipeline.RateLimit, b pipeline.RateBucket) error {
+	*m.bucket = b
+	return nil
+}
+
+func (m *memRateTx) LiveSlots(context.Context, pipeline.RateLimit, time.Time) (pipeline.RateSlots, error) {
+	m.slotReads++
+	return pipeline.RateSlots{Active: m.active}, nil
+}
+
+func (m *memRateTx) AddSlot(context.Context, pipeline.RateLimit, string, time.Time, time.Time) (int64, error) {
+	m.adds++
+	m.active++
+	return int64(m.active), nil
+}
+
+// TakeRate reads and adds concurrency slots only for a limit with a
+// concurrency bound, and a full bound refuses a token the rate would grant;
+// a granted slot expires SlotTTL after now.
+func TestTakeRate(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_700_000_000, 0)
+	take := func(tx *memRateTx, concurrency int) pipeline.RateGrant {
+		t.Helper()
+		g, err := pipeline.TakeRate(t.Context(), tx, &pipeline.TakeRateTokenParams{
+			Limit:  pipeline.RateLimit{Provider: "p", Op: pipeline.OpImage, Requests: 10, Per: time.Minute, Burst: 10, Concurrency: concurrency},
+			Holder: "a1/0", SlotTTL: time.Minute,
+		}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	unbounded := &memRateTx{}
+	if g := take(unbounded, 0); !g.Granted || g.SlotID != 0 || unbounded.slotReads != 0 || unbounded.adds != 0 {
+		t.Errorf("no concurrency bound: %+v, %d slot reads, %d slots added; want a grant without slots", g, unbounded.slotReads, unbounded.adds)
+	}
+	bounded := &memRateTx{}
+	if g := take(bounded, 1); !g.Granted || g.SlotID != 1 || !g.SlotExpires.Equal(now.Add(time.Minute)) || bounded.slotReads != 1 {
+		t.Errorf("a free slot: %+v, %d slot reads; want a grant holding slot 1 until now+1m", g, bounded.slotReads)
+	}
+	if g := take(bounded, 1); g.Granted || bounded.adds != 1 {
+		t.Errorf("the one slot taken: %+v, %d slots added; want no grant", g, bounded.adds)
 	}
 }
