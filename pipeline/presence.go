@@ -119,10 +119,14 @@ func (p *Presence) Start(ctx context.Context) error {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if err := p.announce(ctx); err != nil && ctx.Err() == nil {
+				if err := p.announce(ctx); err != nil {
 					// Missing a beat is safe: others may count this process
-					// gone for a while, and the next beat restores it.
-					p.cfg.Logger.Warn("bindings heartbeat failed", "err", err)
+					// gone for a while, and the next beat restores it. A
+					// beat that failed never dead-letters, also when Stop
+					// is what failed it (then it is not worth a warning).
+					if ctx.Err() == nil {
+						p.cfg.Logger.Warn("bindings heartbeat failed", "err", err)
+					}
 					continue
 				}
 				if err := p.deadLetterUnserved(ctx); err != nil && ctx.Err() == nil {

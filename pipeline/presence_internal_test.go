@@ -174,3 +174,48 @@ func TestPresenceHeartbeat(t *testing.T) {
 		})
 	}
 }
+
+// blockingAnnounce is a presenceStore whose announces after the first wait
+// for their context to end and then fail with its error, as a driver's
+// query does when Stop cancels it.
+type blockingAnnounce struct {
+	*presenceStore
+	blocked chan struct{} // closed when an announce is waiting
+	once    sync.Once
+}
+
+func (s *blockingAnnounce) AnnounceBindings(ctx context.Context, p *AnnounceBindingsParams) error {
+	if announces, _, _ := s.counts(); announces == 0 {
+		return s.presenceStore.AnnounceBindings(ctx, p)
+	}
+	s.once.Do(func() { close(s.blocked) })
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A beat whose announce Stop cut short neither dead-letters (this process
+// may not count as live) nor warns (nothing is wrong).
+func TestPresenceStopDuringAnnounce(t *testing.T) {
+	t.Parallel()
+	st := &blockingAnnounce{presenceStore: &presenceStore{}, blocked: make(chan struct{})}
+	var logs lockedBuffer
+	p, err := NewPresence(PresenceConfig{Store: st, ProcessID: "p", Role: "worker", Versions: []string{"v1"},
+		Interval: time.Millisecond, UnservedAfter: time.Minute, Clock: NewManualClock(time.Now()),
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	<-st.blocked
+	if err := p.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, lives, moves := st.counts(); lives != 0 || moves != 0 {
+		t.Errorf("%d live-binding reads and %d dead-letterings after a beat Stop cut short, want none", lives, moves)
+	}
+	if logs.String() != "" {
+		t.Errorf("a beat Stop cut short logged:\n%s", logs.String())
+	}
+}
