@@ -118,8 +118,8 @@ func openObjects(ctx context.Context, cfg Config, log *slog.Logger) (pipeline.Ob
 
 // Parts are the long-running components a command starts.
 type Parts struct {
-	// Hints wakes the worker when Postgres announces a new message
-	// (LISTEN/NOTIFY); nil on SQLite.
+	// Hints wakes the worker when the job store announces a new message
+	// (Postgres: LISTEN/NOTIFY; SQLite: the commits of this process).
 	Hints      pipeline.Starter
 	Worker     *pipeline.Worker
 	Sweeper    *pipeline.Sweeper
@@ -217,7 +217,7 @@ func (a *App) buildWorker(ctx context.Context, p *Parts, fps *failpoint.Set, wit
 	}
 	host, _ := os.Hostname()
 	owner := host + ":" + strconv.Itoa(os.Getpid())
-	hints, wake, err := wakeHints(a.Cfg, a.Queues(), a.Log)
+	hints, wake, err := wakeHints(a.Cfg, a.Store, a.Queues(), a.Log)
 	if err != nil {
 		return err
 	}

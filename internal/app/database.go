@@ -8,8 +8,10 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"sync"
 
 	"edgepipe/internal/jobstore"
+	"edgepipe/pipeline"
 	"edgepipe/storage/postgres"
 	"edgepipe/storage/sqlite"
 	"edgepipe/storage/transfer"
@@ -82,18 +84,15 @@ func Migrate(ctx context.Context, cfg Config, log *slog.Logger) (int, error) {
 	return st.SchemaVersion(ctx)
 }
 
-// wakeHints returns, on Postgres, a listener that turns the store's
-// commit-time notifications about queues consumes into hints on the
-// returned channel (pipeline.WorkerConfig.Wake); on SQLite, where nobody
-// announces, nothing. The hint is only an early poll: a full channel
-// already holds one.
-func wakeHints(cfg Config, queues []string, log *slog.Logger) (*postgres.Listener, <-chan struct{}, error) {
-	u := cfg.DatabaseURL()
-	if u == "" {
-		return nil, nil, nil
-	}
+// wakeHints returns the service that turns the job store's commit-time
+// announcements about the queues a worker consumes into hints on the
+// returned channel (pipeline.WorkerConfig.Wake): on Postgres a listener of
+// the store's NOTIFY, on SQLite a listener of the store itself (the API and
+// the workers of one process share it; workers in another process poll).
+// The hint is only an early poll: a full channel already holds one.
+func wakeHints(cfg Config, store JobStore, queues []string, log *slog.Logger) (pipeline.Starter, <-chan struct{}, error) {
 	wake := make(chan struct{}, 1)
-	l, err := postgres.NewListener(postgres.ListenerConfig{URL: u, Logger: log, Wake: func(queue string) {
+	hint := func(queue string) {
 		if !slices.Contains(queues, queue) {
 			return
 		}
@@ -101,11 +100,54 @@ func wakeHints(cfg Config, queues []string, log *slog.Logger) (*postgres.Listene
 		case wake <- struct{}{}:
 		default:
 		}
-	}})
-	if err != nil {
-		return nil, nil, err
 	}
-	return l, wake, nil
+	if u := cfg.DatabaseURL(); u != "" {
+		l, err := postgres.NewListener(postgres.ListenerConfig{URL: u, Logger: log, Wake: hint})
+		if err != nil {
+			return nil, nil, err
+		}
+		return l, wake, nil
+	}
+	ls, ok := store.(storeListener)
+	if !ok {
+		return nil, nil, nil
+	}
+	return &storeHints{store: ls, wake: hint}, wake, nil
+}
+
+// storeListener is a job store that announces its own commits in this
+// process (storage/sqlite).
+type storeListener interface {
+	Listen(wake func(queue string)) (stop func())
+}
+
+var _ storeListener = (*sqlite.Store)(nil)
+
+// storeHints listens to the store from Start to Stop.
+type storeHints struct {
+	store storeListener
+	wake  func(queue string)
+	mu    sync.Mutex
+	stop  func()
+}
+
+func (h *storeHints) Start(context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stop == nil {
+		h.stop = h.store.Listen(h.wake)
+	}
+	return nil
+}
+
+func (h *storeHints) Stop(context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stop != nil {
+		h.stop()
+		h.stop = nil
+	}
+	return nil
 }
 
 // ErrLocalOnlyState is what a process sharing a Postgres job store refuses

@@ -1,12 +1,16 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"edgepipe/pipeline"
 )
 
 // A serve process sharing a Postgres job store refuses to generate tokens
@@ -59,5 +63,64 @@ func TestBuildRefusesLocalWebhookSecretOnSharedDatabase(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, WebhookSecretFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a webhook secret file was made in the data directory: %v", err)
+	}
+}
+
+// On SQLite a worker's wake-up hints come from the store's own commits in
+// this process (the API and the workers of `serve` share it), only for the
+// queues it consumes and only between Start and Stop; Build wires them.
+func TestWakeHintsFollowSQLiteCommits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, err := Open(ctx, testConfig(t, t.TempDir(), nil), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	svc, wake, err := wakeHints(a.Cfg, a.Store, []string{"render-v1"}, slog.New(slog.DiscardHandler))
+	if _, ok := svc.(*storeHints); err != nil || !ok {
+		t.Fatalf("wakeHints on SQLite: %T, %v", svc, err)
+	}
+	submit := func(id, queue string) {
+		t.Helper()
+		nj := pipeline.NewJob{ID: id, Tenant: "acme", Operation: "render_video", IdempotencyKey: "k-" + id,
+			RequestFingerprint: "fp", Input: []byte(`{}`), Version: "v1", Queue: queue}
+		if _, _, err := a.Store.CreateJob(ctx, nj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	quiet := func(why string) {
+		t.Helper()
+		select {
+		case <-wake:
+			t.Fatal("woken " + why)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	submit("v1-before", "render-v1")
+	quiet("before Start")
+	if err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	submit("v9-other", "render-v9")
+	quiet("for a queue this worker does not consume")
+	submit("v1-mine", "render-v1")
+	select {
+	case <-wake:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no wake-up after a commit on render-v1")
+	}
+	if err := svc.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	submit("v1-after", "render-v1")
+	quiet("after Stop")
+
+	parts, err := a.Build(ctx, false, false, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := parts.Hints.(*storeHints); !ok {
+		t.Fatalf("a SQLite worker's hints are %T, want the store's own", parts.Hints)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"edgepipe/check"
 	"edgepipe/pipeline"
+	"edgepipe/storage/postgres"
 	"edgepipe/storage/postgres/pgtest"
 )
 
@@ -135,9 +136,10 @@ func TestWakeHintsFollowCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	l, wake, err := wakeHints(a.Cfg, []string{"render-v1"}, slog.New(slog.DiscardHandler))
-	if err != nil || l == nil {
-		t.Fatalf("wakeHints: %v %v", l, err)
+	svc, wake, err := wakeHints(a.Cfg, a.Store, []string{"render-v1"}, slog.New(slog.DiscardHandler))
+	l, ok := svc.(*postgres.Listener)
+	if err != nil || !ok {
+		t.Fatalf("wakeHints: %T %v", svc, err)
 	}
 	if err := l.Start(ctx); err != nil {
 		t.Fatal(err)

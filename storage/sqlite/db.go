@@ -101,6 +101,7 @@ type Store struct {
 	read  *sql.DB
 	clock pipeline.Clock
 	log   *slog.Logger
+	wake  listeners
 }
 
 // Open opens (creating if needed) the database and applies pending migrations.
@@ -259,11 +260,16 @@ func (s *Store) inTx(ctx context.Context, fn func(*wtx) error) error {
 			panic(p)
 		}
 	}()
-	if err := fn(&wtx{tx: tx, cache: &s.stmts}); err != nil {
+	w := &wtx{tx: tx, cache: &s.stmts}
+	if err := fn(w); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
-	return translate(tx.Commit())
+	if err := tx.Commit(); err != nil {
+		return translate(err)
+	}
+	s.wake.announce(w.visible)
+	return nil
 }
 
 func (s *Store) now() int64 { return ms(s.clock.Now()) }

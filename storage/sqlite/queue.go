@@ -16,6 +16,9 @@ func enqueue(ctx context.Context, tx *wtx, now int64, queue, jobID string, visib
 	_, err := tx.ExecContext(ctx, `INSERT INTO queue_messages (queue, job_id, enqueued_at, visible_at) VALUES (?, ?, ?, ?)
 		ON CONFLICT (job_id) DO UPDATE SET queue = excluded.queue, visible_at = min(visible_at, excluded.visible_at)`,
 		queue, jobID, now, visibleAt)
+	if err == nil && visibleAt <= now {
+		tx.madeVisible(queue)
+	}
 	return err
 }
 
@@ -33,6 +36,9 @@ func ensureMessage(ctx context.Context, tx *wtx, now int64, queue, jobID string,
 		return err
 	}
 	if n, _ := res.RowsAffected(); n > 0 {
+		if visibleAt <= now {
+			tx.madeVisible(queue)
+		}
 		return nil
 	}
 	return enqueue(ctx, tx, now, queue, jobID, visibleAt)

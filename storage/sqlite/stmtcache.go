@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"slices"
 	"sync"
 )
 
@@ -93,6 +94,17 @@ func (c *stmtCache) close() {
 type wtx struct {
 	tx    *sql.Tx
 	cache *stmtCache
+	// visible names the queues this transaction made a message visible
+	// on now: announced to the store's listeners once it commits.
+	visible []string
+}
+
+// madeVisible records that queue has a message visible now, to be
+// announced on commit (Store.Listen).
+func (t *wtx) madeVisible(queue string) {
+	if queue != "" && !slices.Contains(t.visible, queue) {
+		t.visible = append(t.visible, queue)
+	}
 }
 
 func (t *wtx) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
