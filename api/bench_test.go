@@ -48,3 +48,15 @@ func BenchmarkBare(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkDecodeSubmission is the strict decode and validation of the
+// body bench api posts (api/testdata/wrk-submit.lua).
+func BenchmarkDecodeSubmission(b *testing.B) {
+	body := []byte(`{"operation":"render_video","title":"bench","scenes":[{"image_prompt":"a lighthouse at dusk","narration":"every night the keeper climbed the stairs","duration_ms":2000},{"video_prompt":"waves against rocks","narration":"and the sea answered","duration_ms":1500}],"options":{"resolution":"640x360","fps":25}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := decodeSubmission(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 
 	"edgepipe/pipeline"
 )
@@ -209,10 +210,23 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
+// fieldsOf caches jsonFields per struct type: every submission walks the
+// same few types, and building the map each time cost an eighth of a
+// decode (BenchmarkDecodeSubmission's profile).
+var fieldsOf sync.Map // reflect.Type → map[string]reflect.Type, read-only once stored
+
 // jsonFields maps a struct's JSON names to their types, as encoding/json
 // names them (tag name, else the Go name; "-" and unexported fields left
-// out). The request types embed no structs.
+// out). The request types embed no structs. The map is shared: read it only.
 func jsonFields(t reflect.Type) map[string]reflect.Type {
+	if m, ok := fieldsOf.Load(t); ok {
+		return m.(map[string]reflect.Type)
+	}
+	m, _ := fieldsOf.LoadOrStore(t, structFields(t))
+	return m.(map[string]reflect.Type)
+}
+
+func structFields(t reflect.Type) map[string]reflect.Type {
 	out := map[string]reflect.Type{}
 	for i := range t.NumField() {
 		f := t.Field(i)
