@@ -246,7 +246,7 @@ func TestIdempotencyKeyOnlyForDeclaredIdempotentOperations(t *testing.T) {
 	if j := h.job(id); j.Status != pipeline.StatusSucceeded {
 		t.Fatalf("job %s (%s)", j.Status, j.LastErrorCode)
 	}
-	calls, err := h.store.ProviderCalls(ctx, id, -1, "")
+	calls, err := h.store.ProviderCalls(ctx, id, pipeline.AllScenes, "")
 	if err != nil {
 		t.Fatal(err)
 	}

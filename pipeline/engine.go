@@ -253,7 +253,7 @@ func (e *Engine) run(ctx context.Context, c Claimed) (o Outcome, err error) {
 	log := e.cfg.Logger.With("job", c.Job.ID, "attempt", c.Lease.AttemptID, "version", wf.Version)
 	defer func() {
 		if r := recover(); r != nil {
-			o, err = e.outcome(c, recovered(ctx, log, e.cfg.Store, c.Lease, -1, r)), nil
+			o, err = e.outcome(c, recovered(ctx, log, e.cfg.Store, c.Lease, AllScenes, r)), nil
 		}
 	}()
 	tmp, err := os.MkdirTemp(e.cfg.TempDir, "edgepipe-"+c.Lease.AttemptID+"-")
@@ -278,6 +278,10 @@ func (e *Engine) run(ctx context.Context, c Claimed) (o Outcome, err error) {
 	a.log.Warn("attempt failed", "err", err)
 	return e.outcome(c, err), nil
 }
+
+// AllScenes, given as the scene of ProviderCalls (and of recovered), means
+// every scene of the job.
+const AllScenes = -1
 
 // recovered turns a panic inside an attempt (or, scene >= 0, inside one
 // unit's goroutine) into a classified failure. If a provider call of the

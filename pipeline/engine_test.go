@@ -62,7 +62,7 @@ func TestEngineHappyPathStoresEverything(t *testing.T) {
 	if len(units[1].Artifacts) != 1 {
 		t.Fatalf("scene without narration made %d artifacts", len(units[1].Artifacts))
 	}
-	calls, _ := h.store.ProviderCalls(ctx, "v1-happy", -1, "")
+	calls, _ := h.store.ProviderCalls(ctx, "v1-happy", pipeline.AllScenes, "")
 	for _, c := range calls {
 		if c.Status != pipeline.CallSucceeded {
 			t.Fatalf("call %+v", c)

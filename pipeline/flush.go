@@ -61,7 +61,7 @@ func (e *Engine) flushJob(ctx context.Context, j Job, dir string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	calls, err := e.cfg.Store.ProviderCalls(ctx, j.ID, -1, "")
+	calls, err := e.cfg.Store.ProviderCalls(ctx, j.ID, AllScenes, "")
 	if err != nil {
 		return 0, err
 	}

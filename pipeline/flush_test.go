@@ -48,7 +48,7 @@ func (h *harness) spooledCall(id string, body []byte) (pipeline.Claimed, pipelin
 // call reads provider call callID of job id back.
 func (h *harness) call(id string, callID int64) pipeline.ProviderCall {
 	h.t.Helper()
-	calls, err := h.store.ProviderCalls(context.Background(), id, -1, "")
+	calls, err := h.store.ProviderCalls(context.Background(), id, pipeline.AllScenes, "")
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -120,7 +120,7 @@ func TestRateLimitWaitIsNotAnAttemptNorACall(t *testing.T) {
 	for range 3 { // the unit asks again and again while it waits
 		within(t, fl.refused, "a refused take")
 	}
-	calls, err := h.store.ProviderCalls(ctx, "v1-rl", -1, "")
+	calls, err := h.store.ProviderCalls(ctx, "v1-rl", pipeline.AllScenes, "")
 	if err != nil || len(calls) != 0 {
 		t.Fatalf("while waiting for a token: %d provider_calls rows (%v), want none", len(calls), err)
 	}
@@ -135,7 +135,7 @@ func TestRateLimitWaitIsNotAnAttemptNorACall(t *testing.T) {
 	if err := h.store.Finish(ctx, claimed.Lease, r.o); err != nil {
 		t.Fatal(err)
 	}
-	calls, err = h.store.ProviderCalls(ctx, "v1-rl", -1, "")
+	calls, err = h.store.ProviderCalls(ctx, "v1-rl", pipeline.AllScenes, "")
 	if err != nil || len(calls) != 1 || calls[0].Op != pipeline.OpImage {
 		t.Fatalf("after the grant: calls %+v (%v), want the one image call", calls, err)
 	}
@@ -184,7 +184,7 @@ func TestRateLimitWaitEndsWithTheAttempt(t *testing.T) {
 			case !c.cancel && r.err == nil:
 				t.Fatalf("an attempt stopped while waiting for a token returned an outcome: %+v", r.o)
 			}
-			if calls, err := h.store.ProviderCalls(ctx, "v1-rl-stop", -1, ""); err != nil || len(calls) != 0 {
+			if calls, err := h.store.ProviderCalls(ctx, "v1-rl-stop", pipeline.AllScenes, ""); err != nil || len(calls) != 0 {
 				t.Fatalf("%d provider_calls rows (%v), want none", len(calls), err)
 			}
 		})

@@ -27,6 +27,8 @@ type Store interface {
 
 	RecordIntent(ctx context.Context, lease Lease, c ProviderCall) (int64, error)
 	FinishCall(ctx context.Context, p *FinishCallParams) error
+	// ProviderCalls returns a job's provider calls in order, of one scene
+	// or of AllScenes, of one operation or of every one (op "").
 	ProviderCalls(ctx context.Context, jobID string, scene int, op string) ([]ProviderCall, error)
 	// SetCallStaged points a call row at the staged copy of its answer.
 	SetCallStaged(ctx context.Context, p *SetCallStagedParams) error

@@ -749,7 +749,8 @@ func TestDeniedWritesAreRetried(t *testing.T) {
 	})
 }
 
-// refuseFirst answers the first n requests of op with 403 AccessDenied.
+// refuseFirst answers the first n requests of op with 403 AccessDenied
+// (every one when n < 0).
 func refuseFirst(op string, n int) func(http.ResponseWriter, *http.Request, string) bool {
 	var mu sync.Mutex
 	refused := 0

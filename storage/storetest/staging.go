@@ -98,7 +98,7 @@ func testStagedAnswers(t *testing.T, h *Harness) {
 		t.Fatalf("released key of a final job still referenced: %v %v", ref, err)
 	}
 	// The call keeps its staged_key as history.
-	calls, err := s.ProviderCalls(ctx, "v1-s", -1, "")
+	calls, err := s.ProviderCalls(ctx, "v1-s", pipeline.AllScenes, "")
 	if err != nil || len(calls) != 1 || calls[0].StagedKey != key {
 		t.Fatalf("calls after release: %+v %v", calls, err)
 	}

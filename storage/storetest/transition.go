@@ -218,7 +218,7 @@ func testDecideWaivesUnknownCallsOnlyOnRetry(t *testing.T, h *Harness) {
 		if _, err := s.Decide(ctx, &pipeline.DecideParams{JobID: tt.id, Decision: tt.d, Operator: "op"}); err != nil {
 			t.Fatal(err)
 		}
-		got, err := s.ProviderCalls(ctx, tt.id, -1, "")
+		got, err := s.ProviderCalls(ctx, tt.id, pipeline.AllScenes, "")
 		if err != nil || len(got) != len(calls) {
 			t.Fatalf("%s: calls %+v, %v", tt.id, got, err)
 		}

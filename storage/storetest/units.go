@@ -129,7 +129,7 @@ func testProviderCallAuditTrail(t *testing.T, h *Harness) {
 		t.Fatalf("finishing as intent: %v, want ErrInvalidInput", err)
 	}
 
-	all, err := s.ProviderCalls(ctx, "v1-pc", -1, "")
+	all, err := s.ProviderCalls(ctx, "v1-pc", pipeline.AllScenes, "")
 	if err != nil || len(all) != 3 {
 		t.Fatalf("all calls %+v, %v", all, err)
 	}
@@ -149,7 +149,7 @@ func testProviderCallAuditTrail(t *testing.T, h *Harness) {
 	if cs, _ := s.ProviderCalls(ctx, "v1-pc", 0, ""); len(cs) != 2 {
 		t.Errorf("scene 0 has %d calls, want 2", len(cs))
 	}
-	if cs, _ := s.ProviderCalls(ctx, "v1-pc", -1, pipeline.OpImage); len(cs) != 2 {
+	if cs, _ := s.ProviderCalls(ctx, "v1-pc", pipeline.AllScenes, pipeline.OpImage); len(cs) != 2 {
 		t.Errorf("%d image calls, want 2", len(cs))
 	}
 	if cs, _ := s.ProviderCalls(ctx, "v1-pc", 1, pipeline.OpSpeech); len(cs) != 0 {
