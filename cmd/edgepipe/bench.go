@@ -24,7 +24,7 @@ func bench(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		fmt.Println(`Usage: edgepipe bench upload [--mib 1024] [--compare=true]
        edgepipe bench api [--duration 10s] [--connections 64] [--threads 2]
-       edgepipe bench render [N] [--workers 2] [--scenes 4]
+       edgepipe bench render [N] [--workers 2] [--scenes 4] [--stages]
 
 upload  streams --mib MiB of unknown length, generated on the fly, through
         the S3 driver (EDGEPIPE_S3_* settings) and prints MiB/s and peak RSS.
@@ -50,6 +50,10 @@ render  runs N (default 1) distinct storyboards end to end through a real
         same ffmpeg commands), clips in parallel up to the cores, joined
         into a file, --workers jobs at once. Prints both times and the
         ratio (goal: 1.15x for one job, 1.1x for 20 jobs on 2 workers).
+        With --stages it also prints where the attempts' time went: the
+        count and summed time of their OpenTelemetry spans per name
+        (attempt, stages, units, provider calls, uploads, ffmpeg
+        processes), recorded in memory.
 
 The queue burn-down benchmark is a Go benchmark:
   go test ./storage/sqlite -run '^$' -bench BurnDown -benchtime 20000x`)

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"golang.org/x/sync/errgroup"
 
 	"edgepipe/client"
@@ -29,6 +31,8 @@ type renderBench struct {
 	a       *app.App
 	boards  []pipeline.Storyboard
 	keys    []string // the jobs' internal keys, in board order
+	// spans records the deployment's spans when --stages is given.
+	spans *tracetest.SpanRecorder
 }
 
 // benchRender runs N distinct storyboards end to end through a real
@@ -44,9 +48,10 @@ func benchRender(ctx context.Context, args []string) error {
 
 // benchRenderTo is benchRender printing to w.
 func benchRenderTo(ctx context.Context, args []string, w io.Writer) error {
-	fs := newFlags("bench render", "[N] [--workers 2] [--scenes 4]", "End-to-end renders against the same ffmpeg work by hand; see edgepipe bench --help.")
+	fs := newFlags("bench render", "[N] [--workers 2] [--scenes 4] [--stages]", "End-to-end renders against the same ffmpeg work by hand; see edgepipe bench --help.")
 	workers := fs.Int("workers", 2, "jobs run at once (EDGEPIPE_WORKERS) and by hand")
 	scenes := fs.Int("scenes", 4, "scenes per storyboard (a still image and a narration each)")
+	stages := fs.Bool("stages", false, "also print where the attempts' time went (their OpenTelemetry spans, recorded in memory)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,6 +77,9 @@ func benchRenderTo(ctx context.Context, args []string, w io.Writer) error {
 	}
 	defer os.RemoveAll(dir)
 	b := &renderBench{dir: dir, jobs: n, workers: *workers, scenes: *scenes}
+	if *stages {
+		b.spans = tracetest.NewSpanRecorder()
+	}
 	e2e, err := b.endToEnd(ctx)
 	if b.a != nil {
 		defer b.a.Close()
@@ -88,7 +96,37 @@ func benchRenderTo(ctx context.Context, args []string, w io.Writer) error {
 		"  same ffmpeg work by hand:           %8.2fs\n"+
 		"  ratio edgepipe / by hand:           %8.2fx\n",
 		n, *scenes, *workers, pipeline.DefaultClipConcurrency(), loadAverage(), e2e.Seconds(), byHand.Seconds(), e2e.Seconds()/byHand.Seconds())
-	return err
+	if err != nil || b.spans == nil {
+		return err
+	}
+	return printStages(w, b.spans.Ended())
+}
+
+// stageSpans are the spans --stages sums, in the order printed: the
+// attempt, its stages, and the work inside them (the README's
+// Observability section lists each span).
+var stageSpans = []string{"edgepipe.attempt", "edgepipe.stage.prepare", "edgepipe.stage.execute", "edgepipe.stage.apply",
+	"edgepipe.stage.finalize", "edgepipe.unit", "edgepipe.provider_call", "edgepipe.upload", "edgepipe.render.process"}
+
+// printStages prints, per span name, how many spans ended and their summed
+// time. Spans that run side by side (units, clips) add up to more than
+// the wall time they took.
+func printStages(w io.Writer, spans []sdktrace.ReadOnlySpan) error {
+	count := map[string]int{}
+	total := map[string]time.Duration{}
+	for _, s := range spans {
+		count[s.Name()]++
+		total[s.Name()] += s.EndTime().Sub(s.StartTime())
+	}
+	if _, err := fmt.Fprintf(w, "  where the attempts' time went (spans, summed; side-by-side spans add up):\n"); err != nil {
+		return err
+	}
+	for _, name := range stageSpans {
+		if _, err := fmt.Fprintf(w, "    %-26s %5d  %9.2fs\n", name, count[name], total[name].Seconds()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // endToEnd submits the storyboards over HTTP and waits until every job
@@ -105,6 +143,11 @@ func (b *renderBench) endToEnd(ctx context.Context) (_ time.Duration, err error)
 	cfg, err := app.FromEnv(func(k string) string { return env[k] }, environ)
 	if err != nil {
 		return 0, err
+	}
+	if b.spans != nil {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(b.spans))
+		defer tp.Shutdown(context.WithoutCancel(ctx)) //nolint:errcheck // in memory: nothing to flush
+		cfg.Tracing.Provider = tp
 	}
 	log := slog.New(slog.DiscardHandler)
 	if b.a, err = app.Open(ctx, cfg, log); err != nil {

@@ -33,7 +33,7 @@ func TestBenchRenderMeasuresBothSides(t *testing.T) {
 		t.Skip("needs ffmpeg")
 	}
 	var out bytes.Buffer
-	if err := benchRenderTo(context.Background(), []string{"1", "--scenes", "2", "--workers", "1"}, &out); err != nil {
+	if err := benchRenderTo(context.Background(), []string{"1", "--scenes", "2", "--workers", "1", "--stages"}, &out); err != nil {
 		t.Fatal(err)
 	}
 	m := regexp.MustCompile(`(?s)submit to last succeeded: +([0-9.]+)s.*by hand: +([0-9.]+)s.*by hand: +([0-9.]+)x`).FindStringSubmatch(out.String())
@@ -48,5 +48,20 @@ func TestBenchRenderMeasuresBothSides(t *testing.T) {
 	}
 	if want := e2e / hand; ratio < want*0.95-0.01 || ratio > want*1.05+0.01 {
 		t.Fatalf("ratio %v, want %v/%v\n%s", ratio, e2e, hand, out.String())
+	}
+	// --stages: the one job's spans, counted per name. Two scenes of an
+	// image and a narration: two units, four paid calls, two clips and a
+	// join; the attempt takes no longer than the end-to-end run.
+	for name, want := range map[string]int{"edgepipe.attempt": 1, "edgepipe.stage.apply": 1, "edgepipe.unit": 2,
+		"edgepipe.provider_call": 4, "edgepipe.render.process": 3} {
+		m := regexp.MustCompile(`(?m)^ +` + regexp.QuoteMeta(name) + ` +([0-9]+) +([0-9.]+)s$`).FindStringSubmatch(out.String())
+		if m == nil {
+			t.Fatalf("no %s line:\n%s", name, out.String())
+		}
+		n, _ := strconv.Atoi(m[1])
+		secs, _ := strconv.ParseFloat(m[2], 64)
+		if n != want || secs <= 0 || (name == "edgepipe.attempt" && secs > e2e+0.01) {
+			t.Errorf("%s: %d spans, %vs; want %d, more than 0 s (end to end %vs)", name, n, secs, want, e2e)
+		}
 	}
 }

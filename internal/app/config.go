@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"edgepipe/api"
 	"edgepipe/pipeline"
 	"edgepipe/provider"
@@ -288,6 +290,11 @@ type TracingConfig struct {
 	Protocol string
 	// ServiceName is the resource's service.name.
 	ServiceName string
+	// Provider, when set by a program that embeds a deployment (edgepipe
+	// bench render --stages), is used as it is: no exporter is built from
+	// the OTEL_* settings, and App.Close leaves it running (its owner
+	// stops it). No environment variable sets it.
+	Provider trace.TracerProvider
 }
 
 // OTLP protocols (OTEL_EXPORTER_OTLP_PROTOCOL) edgepipe supports.
