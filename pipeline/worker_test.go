@@ -247,6 +247,45 @@ func TestWorkerWakesOnHint(t *testing.T) {
 	}
 }
 
+// A slot that frees while the worker's turn is on an empty queue goes on
+// to the next queue at once: the worker waits for its poll only when every
+// queue it consumes was empty. (With one slot and an hour's poll, the old
+// loop ran the first job, turned to the empty render-v2 and slept.)
+func TestWorkerDoesNotIdleWhileAQueueHoldsWork(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ids := []string{"v1-busy1", "v1-busy2", "v1-busy3"}
+	for _, id := range ids {
+		h.submit(id, board(img("p "+id, "n "+id, 600)))
+	}
+	w, err := pipeline.NewWorker(pipeline.WorkerConfig{Store: h.store, Engine: h.engine, Queues: []string{"render-v1", "render-v2"},
+		Owner: "test", Concurrency: 1, LeaseFor: 3 * time.Second, Poll: time.Hour, Clock: h.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := w.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	waitFor(t, "every job on render-v1 to run, with render-v2 empty and an hour's poll", func() bool {
+		for _, id := range ids {
+			if !h.job(id).Status.Settled() {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range ids {
+		if j := h.job(id); j.Status != pipeline.StatusSucceeded {
+			t.Fatalf("%s: %s", id, j.Status)
+		}
+	}
+}
+
 // A worker with free slots leaves a tenant's second job queued while the
 // tenant has TenantMaxRunning jobs running, and runs another tenant's job
 // meanwhile; the queued job runs once a slot frees.
