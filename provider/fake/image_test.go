@@ -253,3 +253,15 @@ func TestWrap(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRenderPNG draws the picture bench render asks for (1280x720).
+// The fake runs in the bench's process, so its CPU competes with ffmpeg.
+func BenchmarkRenderPNG(b *testing.B) {
+	req := ImageRequest{Prompt: "a lighthouse at dusk, plate 3 of board 7", Width: 1280, Height: 720}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := renderPNG(req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
