@@ -25,6 +25,28 @@ func newWorker(t *testing.T, h *harness, concurrency int) *pipeline.Worker {
 	return w
 }
 
+// startWorker starts a worker on h's store and engine, consuming
+// render-v1 and render-v2, with cfg's concurrency, poll and wake-ups, and
+// stops it when the test ends.
+func startWorker(t *testing.T, h *harness, cfg pipeline.WorkerConfig) *pipeline.Worker {
+	t.Helper()
+	cfg.Store, cfg.Engine, cfg.Queues, cfg.Owner = h.store, h.engine, []string{"render-v1", "render-v2"}, "test"
+	cfg.LeaseFor, cfg.Clock = 3*time.Second, h.clock
+	w, err := pipeline.NewWorker(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return w
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -221,19 +243,7 @@ func TestWorkerWakesOnHint(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	wake := make(chan struct{}, 1)
-	w, err := pipeline.NewWorker(pipeline.WorkerConfig{Store: h.store, Engine: h.engine, Queues: []string{"render-v1", "render-v2"},
-		Owner: "test", Concurrency: 1, LeaseFor: 3 * time.Second, Poll: time.Hour, Clock: h.clock, Wake: wake})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := w.Stop(context.Background()); err != nil {
-			t.Error(err)
-		}
-	}()
+	startWorker(t, h, pipeline.WorkerConfig{Concurrency: 1, Poll: time.Hour, Wake: wake})
 	time.Sleep(100 * time.Millisecond) // the worker found both queues empty and waits
 	h.submit("v1-woken", board(img("p", "n", 600)))
 	time.Sleep(200 * time.Millisecond)
@@ -258,19 +268,7 @@ func TestWorkerDoesNotIdleWhileAQueueHoldsWork(t *testing.T) {
 	for _, id := range ids {
 		h.submit(id, board(img("p "+id, "n "+id, 600)))
 	}
-	w, err := pipeline.NewWorker(pipeline.WorkerConfig{Store: h.store, Engine: h.engine, Queues: []string{"render-v1", "render-v2"},
-		Owner: "test", Concurrency: 1, LeaseFor: 3 * time.Second, Poll: time.Hour, Clock: h.clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := w.Stop(context.Background()); err != nil {
-			t.Error(err)
-		}
-	}()
+	startWorker(t, h, pipeline.WorkerConfig{Concurrency: 1, Poll: time.Hour})
 	waitFor(t, "every job on render-v1 to run, with render-v2 empty and an hour's poll", func() bool {
 		for _, id := range ids {
 			if !h.job(id).Status.Settled() {

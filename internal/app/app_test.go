@@ -23,6 +23,16 @@ import (
 
 // testConfig reads a configuration from env (plus the data directory) the
 // way `edgepipe serve` does.
+// createQueuedJob submits a job with id straight to the store, on queue.
+func createQueuedJob(t *testing.T, st JobStore, id, queue string) {
+	t.Helper()
+	nj := pipeline.NewJob{ID: id, Tenant: "acme", Operation: "render_video", IdempotencyKey: "k-" + id,
+		RequestFingerprint: "fp", Input: []byte(`{}`), Version: "v1", Queue: queue}
+	if _, _, err := st.CreateJob(context.Background(), nj); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func testConfig(t *testing.T, dir string, env map[string]string) Config {
 	t.Helper()
 	all := map[string]string{"EDGEPIPE_DATA_DIR": dir, "EDGEPIPE_ADDR": "127.0.0.1:0"}

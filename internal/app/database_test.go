@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"edgepipe/pipeline"
 )
 
 // A serve process sharing a Postgres job store refuses to generate tokens
@@ -81,14 +79,7 @@ func TestWakeHintsFollowSQLiteCommits(t *testing.T) {
 	if _, ok := svc.(*storeHints); err != nil || !ok {
 		t.Fatalf("wakeHints on SQLite: %T, %v", svc, err)
 	}
-	submit := func(id, queue string) {
-		t.Helper()
-		nj := pipeline.NewJob{ID: id, Tenant: "acme", Operation: "render_video", IdempotencyKey: "k-" + id,
-			RequestFingerprint: "fp", Input: []byte(`{}`), Version: "v1", Queue: queue}
-		if _, _, err := a.Store.CreateJob(ctx, nj); err != nil {
-			t.Fatal(err)
-		}
-	}
+	submit := func(id, queue string) { t.Helper(); createQueuedJob(t, a.Store, id, queue) }
 	quiet := func(why string) {
 		t.Helper()
 		select {

@@ -150,14 +150,7 @@ func TestWakeHintsFollowCommits(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("listener never listened")
 	}
-	submit := func(id, queue string) {
-		t.Helper()
-		nj := pipeline.NewJob{ID: id, Tenant: "acme", Operation: "render_video", IdempotencyKey: "k-" + id,
-			RequestFingerprint: "fp", Input: []byte(`{}`), Version: "v1", Queue: queue}
-		if _, _, err := a.Store.CreateJob(ctx, nj); err != nil {
-			t.Fatal(err)
-		}
-	}
+	submit := func(id, queue string) { t.Helper(); createQueuedJob(t, a.Store, id, queue) }
 	submit("v9-other", "render-v9")
 	select {
 	case <-wake:
