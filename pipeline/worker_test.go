@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -284,6 +285,22 @@ func TestWorkerDoesNotIdleWhileAQueueHoldsWork(t *testing.T) {
 	}
 }
 
+// A wake-up is not spent on the wrong queue: the worker fetches every
+// queue before it waits again, so a hint about render-v2 arriving when
+// render-v1's turn is next still gets the job run at once. One slot, an
+// hour's poll: each job must run on its hint alone.
+func TestWorkerWakeReachesEitherQueue(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	wake := make(chan struct{}, 1)
+	startWorker(t, h, pipeline.WorkerConfig{Concurrency: 1, Poll: time.Hour, Wake: wake})
+	for i, id := range []string{"v1-a", "v1-b", "v2-c", "v2-d", "v1-e"} {
+		h.submit(id, board(img("p "+id, "n "+id, 600)))
+		wake <- struct{}{}
+		waitFor(t, fmt.Sprintf("job %d (%s) to run on its wake-up", i+1, id), func() bool { return h.job(id).Status.Settled() })
+	}
+}
+
 // A worker with free slots leaves a tenant's second job queued while the
 // tenant has TenantMaxRunning jobs running, and runs another tenant's job
 // meanwhile; the queued job runs once a slot frees.
@@ -440,13 +457,20 @@ func TestWorkerLogsWhatOnlyItSees(t *testing.T) {
 			t.Fatal(err)
 		}
 		var logs syncBuffer
-		w := start(t, h, &flakyJobStore{Store: h.store, fetchErr: errors.New("queue unreachable")}, &logs)
+		st := &flakyJobStore{Store: h.store, fetchErr: errors.New("queue unreachable")}
+		w := start(t, h, st, &logs)
 		waitFor(t, "the warnings", func() bool {
 			s := logs.String()
 			return strings.Contains(s, "fetch failed") && strings.Contains(s, "pruning the spool failed") &&
 				strings.Contains(s, "staging spooled answers failed")
 		})
+		time.Sleep(50 * time.Millisecond) // ten more prune and flush rounds
 		stop(t, w)
+		// A failed fetch counts as an empty one: the worker waits its poll
+		// after one per queue instead of spinning on the error.
+		if n := st.fetches.Load(); n != 2 {
+			t.Errorf("a worker whose fetches fail fetched %d times with an hour's poll interval, want once per queue", n)
+		}
 		if !strings.Contains(logs.String(), "queue unreachable") || !strings.Contains(logs.String(), "not a directory") {
 			t.Errorf("the warnings do not carry their errors:\n%s", logs.String())
 		}

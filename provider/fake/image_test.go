@@ -265,3 +265,33 @@ func BenchmarkRenderPNG(b *testing.B) {
 		}
 	}
 }
+
+// scaleUp makes every pixel (x, y) the source's (x/scale, y/scale), at
+// sizes that are and are not multiples of the scale (the last block is
+// cropped), the straightforward nearest neighbour it replaces.
+func TestScaleUpMatchesNearestNeighbour(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ w, h, scale int }{
+		{16, 16, 1}, {17, 33, 1}, {1280, 720, 2}, {1281, 721, 2}, {1001, 999, 3}, {2047, 2041, 8}, {31, 19, 5}, {7, 3, 8},
+	} {
+		cw, ch := (tc.w+tc.scale-1)/tc.scale, (tc.h+tc.scale-1)/tc.scale
+		src := image.NewPaletted(image.Rect(0, 0, cw, ch), color.Palette{color.Black, color.White, color.Gray{128}})
+		for i := range src.Pix {
+			src.Pix[i] = uint8((i*7 + i/cw) % 3) // differs between neighbours, across rows and columns
+		}
+		dst := scaleUp(src, tc.w, tc.h, tc.scale)
+		if b := dst.Bounds(); b.Dx() != tc.w || b.Dy() != tc.h {
+			t.Fatalf("%+v: size %v", tc, b)
+		}
+		bad := 0
+		for y := range tc.h {
+			for x := range tc.w {
+				if got, want := dst.ColorIndexAt(x, y), src.ColorIndexAt(x/tc.scale, y/tc.scale); got != want {
+					if bad++; bad <= 3 {
+						t.Errorf("%+v: pixel (%d,%d) = %d, want %d", tc, x, y, got, want)
+					}
+				}
+			}
+		}
+	}
+}

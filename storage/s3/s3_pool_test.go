@@ -61,7 +61,17 @@ func (c *countingReader) Read(p []byte) (int, error) {
 func TestPutReturnsEveryPartBuffer(t *testing.T) {
 	t.Parallel()
 	const mib = 1 << 20
-	refuse := func(op string) func(http.ResponseWriter, *http.Request, string) bool { return refuseFirst(op, -1) }
+	// Unlike refuseFirst, the refusal does not read the body first: the
+	// server answers while the client may still be sending a pooled part.
+	refuse := func(what string) func(http.ResponseWriter, *http.Request, string) bool {
+		return func(w http.ResponseWriter, r *http.Request, op string) bool {
+			if op != what {
+				return false
+			}
+			s3Error(w, r, http.StatusForbidden, "AccessDenied")
+			return true
+		}
+	}
 	tests := []struct {
 		name     string
 		size     int64

@@ -749,8 +749,8 @@ func TestDeniedWritesAreRetried(t *testing.T) {
 	})
 }
 
-// refuseFirst answers the first n requests of op with 403 AccessDenied
-// (every one when n < 0).
+// refuseFirst answers the first n requests of op with 403 AccessDenied,
+// after reading the request's body.
 func refuseFirst(op string, n int) func(http.ResponseWriter, *http.Request, string) bool {
 	var mu sync.Mutex
 	refused := 0

@@ -23,7 +23,7 @@ type listeners struct {
 // made a message visible on it now, until the returned stop is called.
 // wake runs on the committing goroutine (the group committer's, for a
 // submission), so it must not block: a buffered, non-blocking send is
-// typical.
+// typical. A wake that runs while stop is called may still be called once.
 func (s *Store) Listen(wake func(queue string)) (stop func()) {
 	l := &s.wake
 	l.mu.Lock()
@@ -41,14 +41,20 @@ func (s *Store) Listen(wake func(queue string)) (stop func()) {
 	}
 }
 
-// announce calls every listener with each queue.
+// announce calls every listener with each queue. The listeners are
+// called after the lock is released, so one that registers or stops a
+// listener, or commits through the store, cannot deadlock the committer.
 func (l *listeners) announce(queues []string) {
 	if len(queues) == 0 {
 		return
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	fns := make([]func(string), 0, len(l.fns))
 	for _, fn := range l.fns {
+		fns = append(fns, fn)
+	}
+	l.mu.Unlock()
+	for _, fn := range fns {
 		for _, q := range queues {
 			fn(q)
 		}

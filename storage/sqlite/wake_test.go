@@ -33,14 +33,21 @@ func (h *heard) take() []string {
 }
 
 // A commit that makes a message visible now is announced to the listeners
-// once, after it committed; a delayed message, a rolled-back transaction
+// once, after it committed (a reader sees the message); a delayed message, a rolled-back transaction
 // and a stopped listener hear nothing (storage/sqlite/wake.go).
 func TestListenHearsCommitsThatMakeMessagesVisible(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openTest(t, "", pipeline.NewManualClock(t0))
 	var h, other heard
-	stop := s.Listen(h.wake)
+	// The listener reads through the read pool: after the commit, the
+	// message it is told about is there and visible to everyone.
+	stop := s.Listen(func(queue string) {
+		if _, visible, err := s.QueueDepth(ctx, queue); err != nil || visible == 0 {
+			t.Errorf("told about %s while a reader sees %d visible messages there (%v)", queue, visible, err)
+		}
+		h.wake(queue)
+	})
 	stopOther := s.Listen(other.wake)
 
 	mustCreate(t, s, newJob("j1"))
