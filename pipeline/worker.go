@@ -48,6 +48,11 @@ type WorkerConfig struct {
 	Failpoint  Failpoint
 }
 
+// DefaultPoll is how long an idle worker waits before fetching again
+// unless configured (WorkerConfig.Poll). A store's wake-ups (NOTIFY on
+// Postgres, the commits of this process on SQLite) end the wait early.
+const DefaultPoll = 200 * time.Millisecond
+
 // DefaultLeaseFor is a job lease's length unless configured
 // (EDGEPIPE_LEASE).
 const DefaultLeaseFor = 30 * time.Second
@@ -64,7 +69,7 @@ func (c *WorkerConfig) setDefaults() {
 		c.LeaseFor = DefaultLeaseFor
 	}
 	if c.Poll == 0 {
-		c.Poll = 200 * time.Millisecond
+		c.Poll = DefaultPoll
 	}
 	if c.PruneEvery == 0 {
 		c.PruneEvery = 10 * time.Minute

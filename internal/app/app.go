@@ -226,7 +226,7 @@ func (a *App) buildWorker(ctx context.Context, p *Parts, fps *failpoint.Set, wit
 	}
 	p.Worker, err = pipeline.NewWorker(pipeline.WorkerConfig{
 		Store: a.Store, Engine: engine, Queues: a.Queues(), Owner: owner,
-		Concurrency: workers, LeaseFor: a.Cfg.LeaseFor, TenantMaxRunning: a.Cfg.TenantMaxRunning,
+		Concurrency: workers, LeaseFor: a.Cfg.LeaseFor, Poll: a.Cfg.WorkerPoll, TenantMaxRunning: a.Cfg.TenantMaxRunning,
 		Logger: a.Log, Failpoint: fps.Func(), Wake: wake,
 	})
 	if err != nil {

@@ -93,8 +93,11 @@ type Config struct {
 	Tokens          map[string]string
 	AdminToken      string
 	// ProviderURL empty → in-process fake providers on loopback.
-	ProviderURL   string
-	LeaseFor      time.Duration
+	ProviderURL string
+	LeaseFor    time.Duration
+	// WorkerPoll is how long an idle worker waits before fetching again
+	// (EDGEPIPE_WORKER_POLL); the store's wake-ups end the wait early.
+	WorkerPoll    time.Duration
 	SweepInterval time.Duration
 	SweepGrace    time.Duration
 	// DeadLetterRetention is how long the sweeper keeps dead letters that
@@ -231,6 +234,7 @@ func parse(getenv func(string) string) (Config, error) {
 		min  time.Duration
 	}{
 		{"EDGEPIPE_LEASE", &c.LeaseFor, pipeline.DefaultLeaseFor, time.Second},
+		{"EDGEPIPE_WORKER_POLL", &c.WorkerPoll, pipeline.DefaultPoll, 10 * time.Millisecond},
 		{"EDGEPIPE_SWEEP_INTERVAL", &c.SweepInterval, pipeline.DefaultSweepInterval, time.Second},
 		{"EDGEPIPE_SWEEP_GRACE", &c.SweepGrace, pipeline.DefaultSweepGrace, 0},
 		{"EDGEPIPE_DLQ_RETENTION", &c.DeadLetterRetention, pipeline.DefaultDeadLetterRetention, 0},

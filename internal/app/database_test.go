@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"edgepipe/pipeline"
 )
 
 // A serve process sharing a Postgres job store refuses to generate tokens
@@ -113,5 +115,59 @@ func TestWakeHintsFollowSQLiteCommits(t *testing.T) {
 	}
 	if _, ok := parts.Hints.(*storeHints); !ok {
 		t.Fatalf("a SQLite worker's hints are %T, want the store's own", parts.Hints)
+	}
+}
+
+// EDGEPIPE_WORKER_POLL sets the worker's idle wait (pipeline.DefaultPoll
+// unset, at least 10 ms); with an hour's poll, a job committed to a
+// serve process's SQLite store still starts at once: Build hands the
+// store's wake-ups to the worker.
+func TestWorkerPollAndWakeThroughBuild(t *testing.T) {
+	t.Parallel()
+	if c := testConfig(t, t.TempDir(), nil); c.WorkerPoll != pipeline.DefaultPoll {
+		t.Fatalf("default poll %s, want %s", c.WorkerPoll, pipeline.DefaultPoll)
+	}
+	for _, bad := range []string{"5ms", "soon", "-1s"} {
+		env := map[string]string{"EDGEPIPE_DATA_DIR": t.TempDir(), "EDGEPIPE_WORKER_POLL": bad}
+		environ := []string{"EDGEPIPE_DATA_DIR=" + env["EDGEPIPE_DATA_DIR"], "EDGEPIPE_WORKER_POLL=" + bad}
+		if _, err := FromEnv(func(k string) string { return env[k] }, environ); err == nil || !strings.Contains(err.Error(), "EDGEPIPE_WORKER_POLL") {
+			t.Errorf("EDGEPIPE_WORKER_POLL=%s: %v", bad, err)
+		}
+	}
+	ctx := context.Background()
+	cfg := testConfig(t, t.TempDir(), map[string]string{"EDGEPIPE_WORKER_POLL": "1h"})
+	if cfg.WorkerPoll != time.Hour {
+		t.Fatalf("poll %s, want 1h", cfg.WorkerPoll)
+	}
+	a, err := Open(ctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	parts, err := a.Build(ctx, false, false, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, svc := range []pipeline.Starter{parts.Hints, parts.Worker} {
+		if err := svc.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { svc.Stop(context.Background()) })
+	}
+	time.Sleep(300 * time.Millisecond) // the worker found its queues empty and waits its hour
+	createQueuedJob(t, a.Store, "v1-woken", "render-v1")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		j, err := a.Store.GetJob(ctx, "v1-woken")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.Status != pipeline.StatusPending {
+			break // claimed (its empty input then fails it; that is not the point)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the job is still pending 30 s after its commit, with an hour's poll: the worker was not woken")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
