@@ -10,7 +10,8 @@ import "sync"
 // transaction that rolled back. A worker in another process on the same
 // file hears nothing and finds the message at its next poll, which stays
 // the fallback, as does a delayed message (retry_wait), announced by
-// nobody. storage/postgres announces the same commits with NOTIFY.
+// nobody. storage/postgres announces its commits with NOTIFY (an operator's
+// Enqueue and a retry already due are announced here only).
 
 // listeners are the functions Store.Listen registered.
 type listeners struct {

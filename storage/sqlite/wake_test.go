@@ -33,8 +33,9 @@ func (h *heard) take() []string {
 }
 
 // A commit that makes a message visible now is announced to the listeners
-// once, after it committed (a reader sees the message); a delayed message, a rolled-back transaction
-// and a stopped listener hear nothing (storage/sqlite/wake.go).
+// once, after it committed (a reader sees the message); a delayed
+// message, a rolled-back transaction and a stopped listener hear nothing
+// (storage/sqlite/wake.go).
 func TestListenHearsCommitsThatMakeMessagesVisible(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
