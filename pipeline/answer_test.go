@@ -318,8 +318,11 @@ func TestPaidAnswerWaitsForTheDiskToFreeUp(t *testing.T) {
 				if freeing != nil {
 					freeing.Stop()
 				}
-				dir = blockSpool(t, h, id)
-				freeing = time.AfterFunc(500*time.Millisecond, func() { os.Remove(dir) })
+				// The timer gets its own copy: a later refusal rewrites dir
+				// while an earlier, stopped timer may already be running.
+				d := blockSpool(t, h, id)
+				dir = d
+				freeing = time.AfterFunc(500*time.Millisecond, func() { os.Remove(d) })
 			}}
 		}))
 	h.submit(id, board(img("a quarry", "dust over the quarry", 700)))
@@ -331,7 +334,10 @@ func TestPaidAnswerWaitsForTheDiskToFreeUp(t *testing.T) {
 	if err != nil || len(calls) != 1 {
 		t.Fatalf("speech calls %+v, %v", calls, err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("call-%d", calls[0].ID))); err != nil {
+	mu.Lock()
+	spool := dir
+	mu.Unlock()
+	if _, err := os.Stat(filepath.Join(spool, fmt.Sprintf("call-%d", calls[0].ID))); err != nil {
 		t.Fatalf("the spooled answer: %v", err)
 	}
 	if n := h.fake.Ledger().Billed.Speech; n != 1 {
