@@ -112,3 +112,92 @@ func testDuplicateMessagesMerge(t *testing.T, h *Harness) {
 		t.Fatalf("claimed %d times: %v", len(cs), err)
 	}
 }
+
+// An attempt's lease outlives nothing of its job's status: once the job
+// left running under that attempt (to needs_review, or given back by
+// Release), a late Finish of the same attempt — one call or in a batch —
+// is fenced and changes nothing. The attempt id is not cleared when a job
+// leaves running, and both moves (needs_review → failed, pending →
+// canceled) are transitions the status wall allows, so only the settle's
+// own status fence stands between a late write and a skipped human
+// decision or a canceled job.
+func testLateFinishAfterJobLeftRunning(t *testing.T, h *Harness) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, batch := range []bool{false, true} {
+		clock := pipeline.NewManualClock(t0)
+		s := h.open(t, clock)
+		finish := func(l pipeline.Lease, o pipeline.Outcome) error {
+			if !batch {
+				return s.Finish(ctx, l, o)
+			}
+			errs, err := s.FinishMany(ctx, []pipeline.Finished{{Lease: l, Outcome: o}})
+			if err != nil {
+				return err
+			}
+			return errs[0]
+		}
+		mustCreate(t, s, newJob("v1-review"))
+		mustCreate(t, s, newJob("v1-back"))
+		review := fetchOne(t, s, "render-v1", "w")
+		back := fetchOne(t, s, "render-v1", "w")
+		if err := s.Finish(ctx, review.Lease, pipeline.Outcome{Status: pipeline.StatusNeedsReview, RequiresAction: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, back.Lease); err != nil {
+			t.Fatal(err)
+		}
+		before := snapshot(t, s)
+		for _, late := range []struct {
+			lease pipeline.Lease
+			to    pipeline.Status
+		}{{review.Lease, pipeline.StatusFailed}, {back.Lease, pipeline.StatusCanceled}, {back.Lease, pipeline.StatusSucceeded}} {
+			if err := finish(late.lease, pipeline.Outcome{Status: late.to}); !errors.Is(err, pipeline.ErrLeaseLost) {
+				t.Errorf("batch %v: a late finish of %s to %s: %v, want ErrLeaseLost", batch, late.lease.JobID, late.to, err)
+			}
+		}
+		if after := snapshot(t, s); after != before {
+			t.Errorf("batch %v: late finishes changed the database", batch)
+		}
+	}
+}
+
+// The settle's lease check has the claim's edge: an attempt may finish up
+// to the last millisecond of its lease, and not at its expiry, when
+// another worker may already claim the job (testFetchDefersLiveLease).
+func testFinishAtLeaseEdge(t *testing.T, h *Harness) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, batch := range []bool{false, true} {
+		clock := pipeline.NewManualClock(t0)
+		s := h.open(t, clock)
+		finish := func(l pipeline.Lease) error {
+			o := pipeline.Outcome{Status: pipeline.StatusSucceeded}
+			if !batch {
+				return s.Finish(ctx, l, o)
+			}
+			errs, err := s.FinishMany(ctx, []pipeline.Finished{{Lease: l, Outcome: o}})
+			if err != nil {
+				return err
+			}
+			return errs[0]
+		}
+		mustCreate(t, s, newJob("v1-edge-live"))
+		mustCreate(t, s, newJob("v1-edge-gone"))
+		live := fetchOne(t, s, "render-v1", "w")
+		gone := fetchOne(t, s, "render-v1", "w")
+		clock.Set(live.Lease.ExpiresAt.Add(-time.Millisecond))
+		if err := finish(live.Lease); err != nil {
+			t.Errorf("batch %v: finish a millisecond before the lease expires: %v", batch, err)
+		}
+		clock.Set(gone.Lease.ExpiresAt)
+		if err := finish(gone.Lease); !errors.Is(err, pipeline.ErrLeaseLost) {
+			t.Errorf("batch %v: finish at the lease's expiry: %v, want ErrLeaseLost", batch, err)
+		}
+		for id, want := range map[string]pipeline.Status{"v1-edge-live": pipeline.StatusSucceeded, "v1-edge-gone": pipeline.StatusRunning} {
+			if j, err := s.GetJob(ctx, id); err != nil || j.Status != want {
+				t.Errorf("batch %v: %s is %s (%v), want %s", batch, id, j.Status, err, want)
+			}
+		}
+	}
+}

@@ -23,6 +23,8 @@ var suite = []struct {
 	{"PurgeSettledDeadLetters", testPurgeSettledDeadLetters},
 	{"AppendEventDetail", testAppendEventDetail},
 	{"ExpiredLeaseWithoutTakeoverIsFenced", testExpiredLeaseWithoutTakeoverIsFenced},
+	{"LateFinishAfterJobLeftRunning", testLateFinishAfterJobLeftRunning},
+	{"FinishAtLeaseEdge", testFinishAtLeaseEdge},
 	{"FetchDefersLiveLease", testFetchDefersLiveLease},
 	{"DuplicateMessagesMerge", testDuplicateMessagesMerge},
 	{"CreateJobsBatch", testCreateJobsBatch},
