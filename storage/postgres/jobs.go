@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -21,9 +20,6 @@ const jobColumns = `id, tenant, operation, idempotency_key, request_fingerprint,
 	infra_failures, infra_since, decision, decided_by, decision_reason, decided_at, instance_id, trace_parent`
 
 func scanJob(r pgx.Row) (pipeline.Job, error) { return scanJobAfter(r) }
-
-// jobColumnCount is how many columns jobColumns names.
-var jobColumnCount = strings.Count(jobColumns, ",") + 1
 
 // scanJobAfter scans a row whose jobColumns follow len(pre) other columns,
 // scanned into pre (a nil skips one).

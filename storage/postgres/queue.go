@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -264,7 +265,7 @@ var claimCTEs = `upd AS (
 	WHERE jobs.id = c.job_id AND jobs.id = ANY(ARRAY(SELECT job_id FROM claims))
 	  AND CASE jobs.status WHEN 'pending' THEN true WHEN 'retry_wait' THEN true
 		WHEN 'running' THEN jobs.lease_expires_at <= $1 ELSE false END
-	RETURNING c.n, c.msg_id, c.deliveries, c.from_status, ` + sqlcols.Prefixed("jobs.", jobColumns) + `
+	RETURNING c.n, c.msg_id, c.deliveries, c.from_status, ` + sqlcols.Prefixed("jobs.", claimColumns) + `
 ), msgs AS (
 	UPDATE queue_messages SET delivery_count = delivery_count + 1, visible_at = $3, last_delivered_at = $1
 	WHERE id = ANY(ARRAY(SELECT msg_id FROM upd))
@@ -281,7 +282,7 @@ var qClaimTriaged = `WITH claims AS (
 	SELECT * FROM unnest($5::text[], $6::bigint[], $7::int[], $8::text[], $9::text[])
 		WITH ORDINALITY AS c(job_id, msg_id, deliveries, from_status, att, n)
 ), ` + claimCTEs + `
-SELECT upd.msg_id, upd.deliveries, ` + sqlcols.Prefixed("upd.", jobColumns) + ` FROM upd ORDER BY upd.n`
+SELECT upd.msg_id, upd.deliveries, ` + sqlcols.Prefixed("upd.", claimColumns) + ` FROM upd ORDER BY upd.n`
 
 // claimJobs claims the triaged jobs in one statement (claimCTEs).
 func claimJobs(ctx context.Context, tx pgx.Tx, now int64, owner string, leaseExp int64, claims []claimArg) ([]pipeline.Claimed, error) {
@@ -302,7 +303,7 @@ func claimJobs(ctx context.Context, tx pgx.Tx, now int64, owner string, leaseExp
 	var out []pipeline.Claimed
 	err = eachRow(tx.Query(ctx, qClaimTriaged, now, owner, leaseExp, string(ownerJSON),
 		ids, msgs, delivs, froms, newAttemptIDs(len(claims))))(func(r pgx.Rows) error {
-		c, err := scanClaimed(r, owner, leaseExp)
+		c, err := scanClaimed(r, now, owner, leaseExp)
 		if err != nil {
 			return err
 		}
@@ -315,17 +316,45 @@ func claimJobs(ctx context.Context, tx pgx.Tx, now int64, owner string, leaseExp
 	return out, nil
 }
 
-// scanClaimed scans a claimed job: its message id, its delivery count, then
-// jobColumns, after len(pre) other columns.
-func scanClaimed(r pgx.Row, owner string, leaseExp int64, pre ...any) (pipeline.Claimed, error) {
+// claimColumns are what a claim returns: what an attempt reads of its job
+// (pipeline.Claimed; storetest's ClaimCarriesWhatAttemptsRead), the same
+// as the sqlite driver's. The rest of the row is the same for every claim
+// (status, lease) or not the worker's business, and is neither sent nor
+// decoded: half of jobColumns, for up to Max rows a claim.
+const claimColumns = `id, instance_id, tenant, operation, workflow_version, queue, status_changed_at, created_at,
+	attempts, attempt_id, input_json, frozen_input_json, infra_failures, infra_since, cancel_requested_at, webhook_url, trace_parent`
+
+// claimColumnCount is how many columns claimColumns names.
+var claimColumnCount = strings.Count(claimColumns, ",") + 1
+
+// scanClaimed scans a claimed job: its message id, its delivery count,
+// then claimColumns, after len(pre) other columns; the job was leased to
+// owner until leaseExp at now.
+func scanClaimed(r pgx.Row, now int64, owner string, leaseExp int64, pre ...any) (pipeline.Claimed, error) {
 	var (
-		msgID      int64
-		deliveries int
+		j                         pipeline.Job
+		msgID                     int64
+		deliveries                int
+		statusAt, createdAt       int64
+		attemptID, traceParent    *string
+		frozen                    *string
+		input                     string
+		infraSince, cancelRequest *int64
 	)
-	j, err := scanJobAfter(r, append(pre, &msgID, &deliveries)...)
-	if err != nil {
-		return pipeline.Claimed{}, err
+	if err := r.Scan(append(pre, &msgID, &deliveries, &j.ID, &j.InstanceID, &j.Tenant, &j.Operation, &j.Version, &j.Queue,
+		&statusAt, &createdAt, &j.Attempts, &attemptID, &input, &frozen, &j.InfraFailures, &infraSince, &cancelRequest,
+		&j.WebhookURL, &traceParent)...); err != nil {
+		return pipeline.Claimed{}, translate(err)
 	}
+	j.Status = pipeline.StatusRunning
+	j.StatusChangedAt, j.CreatedAt, j.UpdatedAt = fromMS(statusAt), fromMS(createdAt), fromMS(now)
+	j.AttemptID, j.LeaseOwner, j.LeaseExpiresAt = str(attemptID), owner, fromMS(leaseExp)
+	j.Input = json.RawMessage(input)
+	if frozen != nil {
+		j.FrozenInput = json.RawMessage(*frozen)
+	}
+	j.InfraSince, j.CancelRequestedAt = timeOf(infraSince), timeOf(cancelRequest)
+	j.TraceParent = str(traceParent)
 	return pipeline.Claimed{
 		Job:        j,
 		Lease:      pipeline.Lease{JobID: j.ID, AttemptID: j.AttemptID, Owner: owner, Attempt: j.Attempts, ExpiresAt: fromMS(leaseExp)},
@@ -375,7 +404,7 @@ var qFetchPlain = `WITH msg AS MATERIALIZED (
 	JOIN unnest($8::text[]) WITH ORDINALITY AS a(att, n) ON a.n = num.n
 	WHERE (SELECT ok FROM plain)
 ), ` + claimCTEs + `
-SELECT plain.ok, upd.n, upd.msg_id, upd.deliveries, ` + sqlcols.Prefixed("upd.", jobColumns) + `
+SELECT plain.ok, upd.n, upd.msg_id, upd.deliveries, ` + sqlcols.Prefixed("upd.", claimColumns) + `
 FROM plain LEFT JOIN upd ON true ORDER BY upd.n`
 
 // fetchPlain runs qFetchPlain: Fetch's one-round-trip path when no tenant
@@ -387,7 +416,7 @@ func (s *Store) fetchPlain(ctx context.Context, p *pipeline.FetchParams) (out []
 		return nil, false, err
 	}
 	atts := newAttemptIDs(p.Max)
-	skip := make([]any, 4+jobColumnCount) // the first pass reads the flag and whether the row has a claim
+	skip := make([]any, 4+claimColumnCount) // the first pass reads the flag and whether the row has a claim
 	err = s.retrying(ctx, func() error {
 		out, plain = nil, false
 		now := s.now()
@@ -399,7 +428,7 @@ func (s *Store) fetchPlain(ctx context.Context, p *pipeline.FetchParams) (out []
 			if err := r.Scan(skip...); err != nil || n == nil {
 				return err
 			}
-			c, err := scanClaimed(r, p.Owner, leaseExp, nil, nil)
+			c, err := scanClaimed(r, now, p.Owner, leaseExp, nil, nil)
 			if err != nil {
 				return err
 			}
