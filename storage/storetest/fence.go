@@ -115,12 +115,13 @@ func testDuplicateMessagesMerge(t *testing.T, h *Harness) {
 
 // An attempt's lease outlives nothing of its job's status: once the job
 // left running under that attempt (to needs_review, or given back by
-// Release), a late Finish of the same attempt — one call or in a batch —
-// is fenced and changes nothing. The attempt id is not cleared when a job
-// leaves running, and both moves (needs_review → failed, pending →
-// canceled) are transitions the status wall allows, so only the settle's
-// own status fence stands between a late write and a skipped human
-// decision or a canceled job.
+// Release), a late Finish of the same attempt — one call or in a batch,
+// an outcome a driver settles in bulk (failed, canceled) or one by one
+// (retry_wait) — is fenced and changes nothing. The attempt id is not
+// cleared when a job leaves running, and needs_review → failed and
+// pending → canceled are moves the status wall allows, so it is the
+// settle's fence that refuses them: its status check, and the lease check
+// (a job that leaves running has its lease cleared).
 func testLateFinishAfterJobLeftRunning(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
@@ -151,8 +152,12 @@ func testLateFinishAfterJobLeftRunning(t *testing.T, h *Harness) {
 		for _, late := range []struct {
 			lease pipeline.Lease
 			to    pipeline.Status
-		}{{review.Lease, pipeline.StatusFailed}, {back.Lease, pipeline.StatusCanceled}, {back.Lease, pipeline.StatusSucceeded}} {
-			if err := finish(late.lease, pipeline.Outcome{Status: late.to}); !errors.Is(err, pipeline.ErrLeaseLost) {
+		}{{review.Lease, pipeline.StatusFailed}, {back.Lease, pipeline.StatusCanceled}, {review.Lease, pipeline.StatusRetryWait}} {
+			o := pipeline.Outcome{Status: late.to}
+			if late.to == pipeline.StatusRetryWait {
+				o.NextRunAt, o.ErrorClass, o.ErrorCode = clock.Now().Add(time.Minute), pipeline.ClassTransient, "provider_timeout"
+			}
+			if err := finish(late.lease, o); !errors.Is(err, pipeline.ErrLeaseLost) {
 				t.Errorf("batch %v: a late finish of %s to %s: %v, want ErrLeaseLost", batch, late.lease.JobID, late.to, err)
 			}
 		}
@@ -165,15 +170,24 @@ func testLateFinishAfterJobLeftRunning(t *testing.T, h *Harness) {
 // The settle's lease check has the claim's edge: an attempt may finish up
 // to the last millisecond of its lease, and not at its expiry, when
 // another worker may already claim the job (testFetchDefersLiveLease).
+// Each outcome in one call and in a batch: a success takes a driver's
+// bulk settle, a retry (which reschedules the job's message) takes the
+// single-job settle on Postgres.
 func testFinishAtLeaseEdge(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
-	for _, batch := range []bool{false, true} {
+	for _, mode := range []struct {
+		batch bool
+		to    pipeline.Status
+	}{{false, pipeline.StatusSucceeded}, {true, pipeline.StatusSucceeded}, {false, pipeline.StatusRetryWait}, {true, pipeline.StatusRetryWait}} {
 		clock := pipeline.NewManualClock(t0)
 		s := h.open(t, clock)
 		finish := func(l pipeline.Lease) error {
-			o := pipeline.Outcome{Status: pipeline.StatusSucceeded}
-			if !batch {
+			o := pipeline.Outcome{Status: mode.to}
+			if mode.to == pipeline.StatusRetryWait {
+				o.NextRunAt, o.ErrorClass, o.ErrorCode = clock.Now().Add(time.Minute), pipeline.ClassTransient, "provider_timeout"
+			}
+			if !mode.batch {
 				return s.Finish(ctx, l, o)
 			}
 			errs, err := s.FinishMany(ctx, []pipeline.Finished{{Lease: l, Outcome: o}})
@@ -188,15 +202,15 @@ func testFinishAtLeaseEdge(t *testing.T, h *Harness) {
 		gone := fetchOne(t, s, "render-v1", "w")
 		clock.Set(live.Lease.ExpiresAt.Add(-time.Millisecond))
 		if err := finish(live.Lease); err != nil {
-			t.Errorf("batch %v: finish a millisecond before the lease expires: %v", batch, err)
+			t.Errorf("%+v: finish a millisecond before the lease expires: %v", mode, err)
 		}
 		clock.Set(gone.Lease.ExpiresAt)
 		if err := finish(gone.Lease); !errors.Is(err, pipeline.ErrLeaseLost) {
-			t.Errorf("batch %v: finish at the lease's expiry: %v, want ErrLeaseLost", batch, err)
+			t.Errorf("%+v: finish at the lease's expiry: %v, want ErrLeaseLost", mode, err)
 		}
-		for id, want := range map[string]pipeline.Status{"v1-edge-live": pipeline.StatusSucceeded, "v1-edge-gone": pipeline.StatusRunning} {
+		for id, want := range map[string]pipeline.Status{"v1-edge-live": mode.to, "v1-edge-gone": pipeline.StatusRunning} {
 			if j, err := s.GetJob(ctx, id); err != nil || j.Status != want {
-				t.Errorf("batch %v: %s is %s (%v), want %s", batch, id, j.Status, err, want)
+				t.Errorf("%+v: %s is %s (%v), want %s", mode, id, j.Status, err, want)
 			}
 		}
 	}
