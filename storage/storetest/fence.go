@@ -128,16 +128,6 @@ func testLateFinishAfterJobLeftRunning(t *testing.T, h *Harness) {
 	for _, batch := range []bool{false, true} {
 		clock := pipeline.NewManualClock(t0)
 		s := h.open(t, clock)
-		finish := func(l pipeline.Lease, o pipeline.Outcome) error {
-			if !batch {
-				return s.Finish(ctx, l, o)
-			}
-			errs, err := s.FinishMany(ctx, []pipeline.Finished{{Lease: l, Outcome: o}})
-			if err != nil {
-				return err
-			}
-			return errs[0]
-		}
 		mustCreate(t, s, newJob("v1-review"))
 		mustCreate(t, s, newJob("v1-back"))
 		review := fetchOne(t, s, "render-v1", "w")
@@ -157,7 +147,7 @@ func testLateFinishAfterJobLeftRunning(t *testing.T, h *Harness) {
 			if late.to == pipeline.StatusRetryWait {
 				o.NextRunAt, o.ErrorClass, o.ErrorCode = clock.Now().Add(time.Minute), pipeline.ClassTransient, "provider_timeout"
 			}
-			if err := finish(late.lease, o); !errors.Is(err, pipeline.ErrLeaseLost) {
+			if err := finishBy(ctx, s, batch, late.lease, o); !errors.Is(err, pipeline.ErrLeaseLost) {
 				t.Errorf("batch %v: a late finish of %s to %s: %v, want ErrLeaseLost", batch, late.lease.JobID, late.to, err)
 			}
 		}
@@ -187,14 +177,7 @@ func testFinishAtLeaseEdge(t *testing.T, h *Harness) {
 			if mode.to == pipeline.StatusRetryWait {
 				o.NextRunAt, o.ErrorClass, o.ErrorCode = clock.Now().Add(time.Minute), pipeline.ClassTransient, "provider_timeout"
 			}
-			if !mode.batch {
-				return s.Finish(ctx, l, o)
-			}
-			errs, err := s.FinishMany(ctx, []pipeline.Finished{{Lease: l, Outcome: o}})
-			if err != nil {
-				return err
-			}
-			return errs[0]
+			return finishBy(ctx, s, mode.batch, l, o)
 		}
 		mustCreate(t, s, newJob("v1-edge-live"))
 		mustCreate(t, s, newJob("v1-edge-gone"))
@@ -214,4 +197,17 @@ func testFinishAtLeaseEdge(t *testing.T, h *Harness) {
 			}
 		}
 	}
+}
+
+// finishBy ends the attempt holding l with o through Finish, or with batch
+// through FinishMany as a batch of one, and returns that attempt's error.
+func finishBy(ctx context.Context, s *env, batch bool, l pipeline.Lease, o pipeline.Outcome) error {
+	if !batch {
+		return s.Finish(ctx, l, o)
+	}
+	errs, err := s.FinishMany(ctx, []pipeline.Finished{{Lease: l, Outcome: o}})
+	if err != nil {
+		return err
+	}
+	return errs[0]
 }
