@@ -50,6 +50,26 @@ func testConfig(t *testing.T, dir string, env map[string]string) Config {
 	return cfg
 }
 
+// openBuilt opens the deployment cfg describes and builds its parts as
+// `edgepipe serve` does (withAPI, workers), closing both when the test ends.
+func openBuilt(t *testing.T, cfg Config, withAPI bool, workers int) (*App, *Parts) {
+	t.Helper()
+	ctx := context.Background()
+	a, err := Open(ctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	p, err := a.Build(ctx, withAPI, false, workers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Listener != nil {
+		t.Cleanup(func() { p.Listener.Close() })
+	}
+	return a, p
+}
+
 // receiver records the signed webhooks it gets.
 type receiver struct {
 	mu   sync.Mutex

@@ -139,15 +139,7 @@ func TestWorkerPollAndWakeThroughBuild(t *testing.T) {
 	if cfg.WorkerPoll != time.Hour {
 		t.Fatalf("poll %s, want 1h", cfg.WorkerPoll)
 	}
-	a, err := Open(ctx, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	parts, err := a.Build(ctx, false, false, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, parts := openBuilt(t, cfg, false, 1)
 	for _, svc := range []pipeline.Starter{parts.Hints, parts.Worker} {
 		if err := svc.Start(ctx); err != nil {
 			t.Fatal(err)

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -29,16 +28,7 @@ func TestMetricsAfterAJob(t *testing.T) {
 	cfg := testConfig(t, t.TempDir(), map[string]string{
 		"EDGEPIPE_TOKENS": token + ":acme", "EDGEPIPE_FAKE_VIDEO_PROCESSING": "10ms", "EDGEPIPE_RENDER_PRESET": "ultrafast",
 	})
-	a, err := Open(ctx, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	parts, err := a.Build(ctx, true, false, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { parts.Listener.Close() })
+	a, parts := openBuilt(t, cfg, true, 1)
 	if err := parts.Worker.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

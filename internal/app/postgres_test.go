@@ -37,19 +37,7 @@ func TestTwoProcessesShareOnePostgres(t *testing.T) {
 		"EDGEPIPE_FAKE_VIDEO_PROCESSING": "10ms", "EDGEPIPE_RENDER_PRESET": "ultrafast",
 	}
 	open := func(dir string, withAPI bool, workers int) (*App, *Parts) {
-		a, err := Open(ctx, testConfig(t, dir, env), slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { a.Close() })
-		p, err := a.Build(ctx, withAPI, false, workers)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p.Listener != nil {
-			t.Cleanup(func() { p.Listener.Close() })
-		}
-		return a, p
+		return openBuilt(t, testConfig(t, dir, env), withAPI, workers)
 	}
 	apiDir, workerDir := t.TempDir(), t.TempDir()
 	front, fp := open(apiDir, true, 0)
