@@ -162,18 +162,24 @@ func validateNewJob(nj pipeline.NewJob) error {
 
 // qCreateQueued inserts a job that goes to a queue, its created event and
 // its message in one statement, so a group of submissions is one pipelined
-// round trip. ON CONFLICT on the idempotency index makes a concurrent
-// submission with the same key wait for the first and insert nothing; the
-// caller then reads the winner (notInserted). An instance id the tenant
-// already holds inserts nothing either (NOT EXISTS, checked before the
-// primary key could clash): notInserted tells the two apart, the key first,
-// as storage/sqlite does.
+// round trip. ON CONFLICT DO NOTHING without a target makes every unique
+// index of jobs an arbiter: a concurrent submission with the same
+// idempotency key, the same instance id of the tenant or the same job key
+// waits for the first and inserts nothing (never a unique violation, which
+// would abort a group commit's whole transaction); the caller then tells
+// which from the winner (notInserted), the key first, as storage/sqlite
+// does. The arbiters are found through the unique indexes themselves, so
+// the cost of a submission does not depend on how many jobs the tenant
+// has. (An earlier "WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE tenant = $2
+// AND instance_id = $12)" was free to use the non-unique jobs_tenant_created
+// index, and the generic plan cached while the table was empty did: every
+// submission read the tenant's whole range, 3.7 ms each at 5,000 jobs.
+// TestCreatePlanWithoutStatistics.)
 const qCreateQueued = `WITH ins AS (
 	INSERT INTO jobs (id, tenant, operation, idempotency_key, request_fingerprint, input_json, workflow_version,
 		queue, status, status_changed_at, created_at, updated_at, webhook_url, instance_id, trace_parent)
-	SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $9, $9, $10, $12, $13
-	WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE tenant = $2 AND instance_id = $12)
-	ON CONFLICT (tenant, operation, idempotency_key) DO NOTHING
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $9, $9, $10, $12, $13)
+	ON CONFLICT DO NOTHING
 	RETURNING id),
 ev AS (
 	INSERT INTO job_events (job_id, at, kind, from_status, to_status, attempt_id, detail_json)
@@ -230,13 +236,24 @@ func findByKey(ctx context.Context, q dbtx, nj pipeline.NewJob) (pipeline.Job, b
 
 // notInserted resolves a submission that inserted nothing: its key was
 // used (findByKey: a replay or ErrIdempotencyReused), or else the tenant
-// already holds its instance id.
+// already holds its instance id (ErrAlreadyExists), or else another job
+// holds its job key (an internal clash, not the caller's doing).
 func notInserted(ctx context.Context, q dbtx, nj pipeline.NewJob) (pipeline.Job, bool, error) {
 	j, created, err := findByKey(ctx, q, nj)
-	if errors.Is(err, pipeline.ErrNotFound) {
+	if !errors.Is(err, pipeline.ErrNotFound) {
+		return j, created, err
+	}
+	var taken bool
+	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM jobs WHERE tenant = $1 AND instance_id = $2)`,
+		nj.Tenant, nj.InstanceID).Scan(&taken); err != nil {
+		return pipeline.Job{}, false, err
+	}
+	if taken {
 		return pipeline.Job{}, false, fmt.Errorf("%w: instance id %s is taken", pipeline.ErrAlreadyExists, nj.InstanceID)
 	}
-	return j, created, err
+	// Two tenants whose job keys collide, or a caller that reused an internal
+	// key: that says nothing about this tenant's ids (docs/design.md §3).
+	return pipeline.Job{}, false, fmt.Errorf("postgres: job key %s is held by another job", nj.ID)
 }
 
 // createDeadLetteredTx stores a job that cannot run here directly as
@@ -246,9 +263,8 @@ func (s *Store) createDeadLetteredTx(ctx context.Context, tx pgx.Tx, now int64, 
 	err := tx.QueryRow(ctx, `INSERT INTO jobs (id, tenant, operation, idempotency_key, request_fingerprint,
 		input_json, workflow_version, queue, status, status_changed_at, created_at, updated_at, webhook_url,
 		last_error_class, last_error_code, last_error_message, requires_action, instance_id, trace_parent)
-		SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'dead_lettered', $9, $9, $9, $10, $11, $12, $13, 1, $14, $15
-		WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE tenant = $2 AND instance_id = $14)
-		ON CONFLICT (tenant, operation, idempotency_key) DO NOTHING RETURNING id`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'dead_lettered', $9, $9, $9, $10, $11, $12, $13, 1, $14, $15)
+		ON CONFLICT DO NOTHING RETURNING id`, // as qCreateQueued: every unique index arbitrates
 		nj.ID, nj.Tenant, nj.Operation, nj.IdempotencyKey, nj.RequestFingerprint, string(nj.Input),
 		nj.Version, nj.Queue, now, nj.WebhookURL,
 		pipeline.DeadLetterClass(nj.DeadLetterReason), nj.DeadLetterReason, pipeline.DeadLetterMessage(nj.DeadLetterReason), nj.InstanceID, nullString(nj.TraceParent)).Scan(&id)
