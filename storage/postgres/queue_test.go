@@ -291,8 +291,8 @@ type planNode struct {
 	// JoinRemoved: pairs a join formed and dropped, per loop. A nested
 	// loop that matches a batch against a CTE by a join filter forms every
 	// pair (batch × rows), however few rows it reads from tables.
-	JoinRemoved int        `json:"Rows Removed by Join Filter"`
-	Loops       int        `json:"Actual Loops"`
+	JoinRemoved int `json:"Rows Removed by Join Filter"`
+	Loops       int `json:"Actual Loops"`
 	// Buffers: the node's shared buffer reads (hits and misses),
 	// including its children's.
 	Hits   int        `json:"Shared Hit Blocks"`
