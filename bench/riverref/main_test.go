@@ -169,3 +169,32 @@ func TestTakeCPUSnapshot(t *testing.T) {
 		t.Fatalf("snapshots not monotonic: %+v then %+v", a, b)
 	}
 }
+
+// TestProcTimes reads this process's own /proc/<pid>/stat: its parent is
+// the one the kernel reports, and the CPU time it burns shows up.
+func TestProcTimes(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc")
+	}
+	before, _, ppid, err := procTimes(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ppid != os.Getppid() {
+		t.Errorf("ppid %d, want %d", ppid, os.Getppid())
+	}
+	for after := before; after < before+5*clockTick; {
+		for i := 0; i < 1e7; i++ {
+			spin += i
+		}
+		if after, _, _, err = procTimes(os.Getpid()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, _, err := procTimes(-1); err == nil {
+		t.Error("no error for a process that does not exist")
+	}
+}
+
+var spin int

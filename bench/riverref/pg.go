@@ -69,6 +69,8 @@ var pgSides = []pgSide{
 // sides within each run, and prints the median table.
 func RunPGMatrix(ctx context.Context, pc *PGConfig, w io.Writer) error {
 	rates := map[string]map[int][]float64{"edgepipe": {}, "river": {}}
+	dbCPU := map[string]map[int][]float64{"edgepipe": {}, "river": {}}
+	workerCPU := map[string]map[int][]float64{"edgepipe": {}, "river": {}}
 	for _, procs := range pc.Procs {
 		for run := 1; run <= pc.Runs; run++ {
 			order := pgSides
@@ -76,14 +78,21 @@ func RunPGMatrix(ctx context.Context, pc *PGConfig, w io.Writer) error {
 				order = []pgSide{pgSides[1], pgSides[0]}
 			}
 			for _, side := range order {
-				d, err := pgBurnDown(ctx, pc, side, procs)
+				res, err := pgBurnDown(ctx, pc, side, procs)
 				if err != nil {
 					return fmt.Errorf("%s, %d processes, run %d: %w", side.name, procs, run, err)
 				}
-				rate := float64(pc.Jobs) / d.Seconds()
+				rate := float64(pc.Jobs) / res.d.Seconds()
 				rates[side.name][procs] = append(rates[side.name][procs], rate)
-				fmt.Fprintf(os.Stderr, "%s procs=%d run=%d: %d jobs in %.3fs = %.0f jobs/s (load %s)\n",
-					side.name, procs, run, pc.Jobs, d.Seconds(), rate, loadAvg())
+				if res.dbCPUok {
+					dbCPU[side.name][procs] = append(dbCPU[side.name][procs], float64(res.dbCPU.Microseconds())/float64(pc.Jobs))
+				}
+				if res.workersOK {
+					workerCPU[side.name][procs] = append(workerCPU[side.name][procs], float64(res.workerCPU.Microseconds())/float64(pc.Jobs))
+				}
+				fmt.Fprintf(os.Stderr, "%s procs=%d run=%d: %d jobs in %.3fs = %.0f jobs/s, CPU µs/job database %s workers %s (load %s)\n",
+					side.name, procs, run, pc.Jobs, res.d.Seconds(), rate,
+					perJob(res.dbCPU, res.dbCPUok, pc.Jobs), perJob(res.workerCPU, res.workersOK, pc.Jobs), loadAvg())
 			}
 		}
 	}
@@ -93,61 +102,93 @@ func RunPGMatrix(ctx context.Context, pc *PGConfig, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "postgres burn-down: %d no-op jobs, %d workers per process, median of %d run(s), %s, load average %s\n",
 		pc.Jobs, pc.Workers, pc.Runs, stats, loadAvg())
-	fmt.Fprintln(w, "| processes | edgepipe jobs/s | River jobs/s | ratio |")
-	fmt.Fprintln(w, "|---|---|---|---|")
+	fmt.Fprintln(w, "| processes | edgepipe jobs/s | River jobs/s | ratio | database CPU µs/job (edgepipe / River) | worker CPU µs/job (edgepipe / River) |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
 	for _, procs := range pc.Procs {
 		e, r := median(rates["edgepipe"][procs]), median(rates["river"][procs])
-		fmt.Fprintf(w, "| %d | %.0f | %.0f | %.2f× |\n", procs, e, r, e/r)
+		fmt.Fprintf(w, "| %d | %.0f | %.0f | %.2f× | %s / %s | %s / %s |\n", procs, e, r, e/r,
+			medianOrUnknown(dbCPU["edgepipe"][procs]), medianOrUnknown(dbCPU["river"][procs]),
+			medianOrUnknown(workerCPU["edgepipe"][procs]), medianOrUnknown(workerCPU["river"][procs]))
 	}
 	return nil
 }
 
-// pgBurnDown runs one side once on a fresh database and returns the time
-// from releasing the workers to the last completed job.
-func pgBurnDown(ctx context.Context, pc *PGConfig, side pgSide, procs int) (time.Duration, error) {
+// medianOrUnknown is the median of xs rounded, or "?" when nothing was
+// measured.
+func medianOrUnknown(xs []float64) string {
+	if len(xs) == 0 {
+		return "?"
+	}
+	return fmt.Sprintf("%.0f", median(xs))
+}
+
+// burnResult is one side's run: the time from releasing the workers to the
+// last completed job, and the CPU time the database's backends and the
+// worker processes spent (cpu.go; ok false when it could not be read).
+type burnResult struct {
+	d                  time.Duration
+	dbCPU, workerCPU   time.Duration
+	dbCPUok, workersOK bool
+}
+
+// pgBurnDown runs one side once on a fresh database.
+func pgBurnDown(ctx context.Context, pc *PGConfig, side pgSide, procs int) (burnResult, error) {
+	var res burnResult
 	url, drop, err := createDatabase(ctx, pc.AdminURL, side.name)
 	if err != nil {
-		return 0, err
+		return res, err
 	}
 	defer drop()
 	if err := side.insert(ctx, url, pc.Jobs); err != nil {
-		return 0, err
+		return res, err
 	}
 	if pc.Analyze {
 		if err := analyzeDatabase(ctx, url); err != nil {
-			return 0, err
+			return res, err
 		}
-	}
-	children, err := startChildren(ctx, side.name, url, pc, procs)
-	defer stopChildren(children)
-	if err != nil {
-		return 0, err
 	}
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return 0, fmt.Errorf("connect: %w", err)
+		return res, fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	server := startServerCPU(ctx, conn)
+	children, err := startChildren(ctx, side.name, url, pc, procs)
+	stopped := false
+	defer func() {
+		if !stopped {
+			stopChildren(children)
+		}
+	}()
+	if err != nil {
+		return res, err
+	}
 	start := time.Now()
 	for _, c := range children {
 		if _, err := io.WriteString(c.stdin, "go\n"); err != nil {
-			return 0, fmt.Errorf("release child: %w", err)
+			return res, fmt.Errorf("release child: %w", err)
 		}
 	}
 	for {
 		var n int
 		if err := conn.QueryRow(ctx, side.doneQuery).Scan(&n); err != nil {
-			return 0, fmt.Errorf("count completed: %w", err)
+			return res, fmt.Errorf("count completed: %w", err)
 		}
 		if n == pc.Jobs {
-			return time.Since(start), nil
+			res.d = time.Since(start)
+			break
 		}
 		select {
 		case <-ctx.Done():
-			return 0, fmt.Errorf("stalled at %d of %d: %w", n, pc.Jobs, ctx.Err())
+			return res, fmt.Errorf("stalled at %d of %d: %w", n, pc.Jobs, ctx.Err())
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+	res.workerCPU, res.workersOK = workersCPU(children)
+	stopChildren(children)
+	stopped = true
+	res.dbCPU, res.dbCPUok = server.used(ctx)
+	return res, nil
 }
 
 type child struct {
