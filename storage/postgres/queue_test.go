@@ -154,13 +154,7 @@ func TestCreatePlanWithoutStatistics(t *testing.T) {
 		return out
 	}
 	run("", newJob("v1-first"))
-	batch := make([]pipeline.NewJob, 0, queued)
-	for i := range queued {
-		batch = append(batch, newJob(fmt.Sprintf("v1-%06d", i)))
-	}
-	if err := s.CreateJobs(ctx, batch); err != nil {
-		t.Fatal(err)
-	}
+	createQueued(t, s, queued)
 	requireNoStatistics(t, s)
 	tx, err := conn.Begin(ctx)
 	if err != nil {
@@ -200,17 +194,24 @@ func storeWithoutStatistics(t *testing.T, queued int) *Store {
 			t.Fatal(err)
 		}
 	}
-	if queued > 0 {
-		batch := make([]pipeline.NewJob, 0, queued)
-		for i := range queued {
-			batch = append(batch, newJob(fmt.Sprintf("v1-%06d", i)))
-		}
-		if err := s.CreateJobs(ctx, batch); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createQueued(t, s, queued)
 	requireNoStatistics(t, s)
 	return s
+}
+
+// createQueued submits n pending jobs of one tenant in one CreateJobs.
+func createQueued(t *testing.T, s *Store, n int) {
+	t.Helper()
+	if n == 0 {
+		return
+	}
+	batch := make([]pipeline.NewJob, 0, n)
+	for i := range n {
+		batch = append(batch, newJob(fmt.Sprintf("v1-%06d", i)))
+	}
+	if err := s.CreateJobs(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // requireNoStatistics fails the test if jobs or queue_messages have
