@@ -167,12 +167,21 @@ func (s *Store) createJobTx(ctx context.Context, tx *wtx, now int64, nj pipeline
 	}
 	// The row is exactly what was just inserted; build it instead of
 	// reading it back (this runs once per submission, inside the commit).
+	return builtJob(nj, now), true, nil
+}
+
+// builtJob is the row createJobTx inserts for nj at now, built instead of
+// read back.
+func builtJob(nj pipeline.NewJob, now int64) pipeline.Job {
+	status := pipeline.StatusPending
+	if nj.DeadLetterReason != "" {
+		status = pipeline.StatusDeadLettered
+	}
 	t := fromMS(now)
-	job = pipeline.Job{ID: nj.ID, InstanceID: nj.InstanceID, Tenant: nj.Tenant, Operation: nj.Operation, IdempotencyKey: nj.IdempotencyKey,
+	return pipeline.Job{ID: nj.ID, InstanceID: nj.InstanceID, Tenant: nj.Tenant, Operation: nj.Operation, IdempotencyKey: nj.IdempotencyKey,
 		RequestFingerprint: nj.RequestFingerprint, Input: nj.Input, Version: nj.Version, Queue: nj.Queue, Status: status,
 		StatusChangedAt: t, CreatedAt: t, UpdatedAt: t, WebhookURL: nj.WebhookURL, TraceParent: nj.TraceParent,
 		LastErrorClass: pipeline.ErrorClass(pipeline.DeadLetterClass(nj.DeadLetterReason)), LastErrorCode: nj.DeadLetterReason, LastErrorMessage: pipeline.DeadLetterMessage(nj.DeadLetterReason), RequiresAction: nj.DeadLetterReason != ""}
-	return job, true, nil
 }
 
 // insertJobError translates a refused job insert. The unique index on

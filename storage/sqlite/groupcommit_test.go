@@ -1,0 +1,133 @@
+package sqlite
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"testing"
+
+	"edgepipe/internal/groupcommit"
+	"edgepipe/pipeline"
+)
+
+// commitOne runs one group through commitGroup, as the group committer
+// would, and returns the answers in request order.
+func commitOne(t *testing.T, s *Store, reqs []groupcommit.Request) []groupcommit.Response {
+	t.Helper()
+	for i := range reqs {
+		if reqs[i].Ctx == nil {
+			reqs[i].Ctx = context.Background()
+		}
+		reqs[i].Job = reqs[i].Job.WithDefaults()
+		reqs[i].Resp = make(chan groupcommit.Response, 1)
+	}
+	s.commitGroup(reqs)
+	out := make([]groupcommit.Response, len(reqs))
+	for i, r := range reqs {
+		out[i] = <-r.Resp
+	}
+	return out
+}
+
+// TestCommitGroupAnswersEachRequest: one group of submissions, resolved as
+// one set of statements (createQueuedGroup), gives each request the answer
+// it would get alone and in order — replays and refusals against stored
+// jobs and against earlier requests of the same group, a gone caller left
+// out — and stores each new job, its created event (in request order) and
+// its message exactly; a group holding a text that is not UTF-8 goes one
+// request at a time and keeps those bytes.
+func TestCommitGroupAnswersEachRequest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, "", pipeline.NewManualClock(t0))
+	stored, created, err := s.CreateJob(ctx, withInstance(newJob("v1-old"), "old-inst"))
+	if err != nil || !created {
+		t.Fatalf("create: %v %v", created, err)
+	}
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	a := withInstance(newJob("v1-a"), "a")
+	otherFP := a
+	otherFP.RequestFingerprint = "fp-other"
+	sameInstance := withInstance(newJob("v1-d"), "a")
+	storedInstance := withInstance(newJob("v1-e"), "old-inst")
+	f := withInstance(newJob("v1-f"), "f")
+	g := withInstance(newJob("v1-g"), "g")
+	g.Input = json.RawMessage(`{"title":"<&> \u2028 ünï \"q\""}`)
+	g.TraceParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	g.WebhookURL = "https://example.test/hook"
+	reqs := []groupcommit.Request{
+		{Job: a},
+		{Job: a},       // the same request again: a replay of the one before it
+		{Job: otherFP}, // its key with another request
+		{Job: withInstance(newJob("v1-old"), "old-inst")}, // a replay of a stored job
+		{Job: sameInstance},   // an instance id taken earlier in the group
+		{Job: storedInstance}, // an instance id taken in the store
+		{Job: f, Ctx: gone},   // its caller has gone
+		{Job: f},              // so this one creates it
+		{Job: g},
+	}
+	res := commitOne(t, s, reqs)
+	want := []struct {
+		created bool
+		id      string
+		err     error
+	}{
+		{true, "v1-a", nil}, {false, "v1-a", nil}, {false, "", pipeline.ErrIdempotencyReused},
+		{false, "v1-old", nil}, {false, "", pipeline.ErrAlreadyExists}, {false, "", pipeline.ErrAlreadyExists},
+		{false, "", context.Canceled}, {true, "v1-f", nil}, {true, "v1-g", nil},
+	}
+	for i, w := range want {
+		r := res[i]
+		if r.Created != w.created || r.Job.ID != w.id || !errors.Is(r.Err, w.err) || (w.err == nil) != (r.Err == nil) {
+			t.Errorf("request %d: created %v job %q err %v; want %v %q %v", i, r.Created, r.Job.ID, r.Err, w.created, w.id, w.err)
+		}
+	}
+	if !reflect.DeepEqual(res[3].Job, stored) {
+		t.Errorf("replay of a stored job: %+v, want %+v", res[3].Job, stored)
+	}
+	var lastEvent int64
+	for _, i := range []int{0, 7, 8} {
+		got, err := s.GetJob(ctx, res[i].Job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, res[i].Job) {
+			t.Errorf("request %d: answered %+v, stored %+v", i, res[i].Job, got)
+		}
+		evs, err := s.Events(ctx, got.ID, 0, 10)
+		if err != nil || len(evs) != 1 || evs[0].Kind != pipeline.EventCreated || evs[0].ToStatus != pipeline.StatusPending || evs[0].FromStatus != "" ||
+			string(evs[0].Detail) != `{"queue":"render-v1","version":"v1"}` || evs[0].ID <= lastEvent {
+			t.Errorf("request %d: events %+v (%v), want one created event after id %d", i, evs, err, lastEvent)
+		} else {
+			lastEvent = evs[0].ID
+		}
+	}
+	if got, _ := s.GetJob(ctx, "v1-g"); string(got.Input) != string(g.Input) || got.TraceParent != g.TraceParent || got.WebhookURL != g.WebhookURL {
+		t.Errorf("stored input %s, trace %q, webhook %q", got.Input, got.TraceParent, got.WebhookURL)
+	}
+	if total, visible, err := s.QueueDepth(ctx, "render-v1"); err != nil || total != 4 || visible != 4 {
+		t.Errorf("queue depth %d/%d (%v), want the stored job's and three new messages, visible", total, visible, err)
+	}
+	if _, err := s.GetJob(ctx, "v1-d"); !errors.Is(err, pipeline.ErrNotFound) {
+		t.Errorf("refused request stored: %v", err)
+	}
+
+	// A key that is not UTF-8 cannot go through JSON byte for byte: the
+	// group goes one request at a time, and the key is stored as sent.
+	odd := withInstance(newJob("v1-odd"), "odd")
+	odd.IdempotencyKey = "key-\xff\xfe"
+	res = commitOne(t, s, []groupcommit.Request{{Job: withInstance(newJob("v1-h"), "h")}, {Job: odd}, {Job: odd}})
+	if !res[0].Created || !res[1].Created || res[2].Created || res[2].Err != nil || res[2].Job.ID != "v1-odd" {
+		t.Fatalf("one by one: %+v", res)
+	}
+	if got, err := s.GetJob(ctx, "v1-odd"); err != nil || got.IdempotencyKey != odd.IdempotencyKey {
+		t.Errorf("stored key %q (%v), want %q", got.IdempotencyKey, err, odd.IdempotencyKey)
+	}
+}
+
+func withInstance(nj pipeline.NewJob, instance string) pipeline.NewJob {
+	nj.InstanceID = instance
+	return nj
+}
