@@ -61,7 +61,11 @@ func procTimes(pid int) (self, children time.Duration, ppid int, err error) {
 // adds every backend's time to its own children's time when the backend
 // exits, so the difference between two readings, each taken when no other
 // backend is connected to the database, is what the backends in between
-// spent (plus any autovacuum worker that ran, which is the workload's too).
+// spent. It is the whole cluster's reaped children: any autovacuum worker,
+// or a backend of another database, that exits in between is counted too
+// (run nothing else on the cluster), and the long-lived helpers (WAL
+// writer, checkpointer, background writer) are never reaped and so never
+// counted.
 type serverCPU struct {
 	conn       *pgx.Conn
 	postmaster int
@@ -77,8 +81,8 @@ func startServerCPU(ctx context.Context, conn *pgx.Conn) *serverCPU {
 		return nil
 	}
 	_, _, ppid, err := procTimes(backend)
-	if err != nil {
-		return nil
+	if err != nil || !isPostgres(backend) || !isPostgres(ppid) {
+		return nil // not this machine's process (a server in a container or elsewhere)
 	}
 	sc := &serverCPU{conn: conn, postmaster: ppid}
 	if !sc.quiesce(ctx) {
@@ -144,6 +148,14 @@ func (sc *serverCPU) settled() (time.Duration, bool) {
 		}
 	}
 	return last, true
+}
+
+// isPostgres says whether pid is a process of a Postgres server (its
+// command name), so that a backend pid the server reports is not taken for
+// an unrelated process of this machine.
+func isPostgres(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), "postgres")
 }
 
 // workersCPU is the CPU time the worker processes have spent so far.

@@ -410,8 +410,3 @@ func translate(err error) error {
 	}
 	return err
 }
-
-func isUnique(err error, constraint string) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "23505" && (constraint == "" || pe.ConstraintName == constraint)
-}

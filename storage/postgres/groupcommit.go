@@ -15,10 +15,13 @@ import (
 // durable before it returns, and a commit (and a round trip) is the
 // expensive part, so concurrent submissions share one transaction. The
 // group's inserts go out as one pgx batch — pipelined, one round trip for
-// the whole group — and the group commits once. A statement that fails
-// aborts a Postgres transaction, so a group in which one request is refused
-// by a constraint (a taken job id) is run again one request per
-// transaction, and each request gets its own answer.
+// the whole group — and the group commits once. A submission that a unique
+// index refuses (a used key, a taken instance id, a job key held by another
+// job) fails no statement — the inserts are ON CONFLICT DO NOTHING — and
+// gets its own answer within the group (refusedAlone). A statement that
+// does fail aborts a Postgres transaction, so a group that fails with a
+// constraint error anyway is run again one request per transaction, and
+// each request gets its own answer.
 
 func (s *Store) commitGroup(batch []groupcommit.Request) {
 	live := batch[:0:0]
@@ -58,6 +61,13 @@ func (s *Store) commitGroup(batch []groupcommit.Request) {
 		}
 		r.Resp <- res[i]
 	}
+}
+
+// refusedAlone says whether err is one request's refusal by a unique index
+// (notInserted's answers), which fails no statement and leaves the rest of
+// the group to commit.
+func refusedAlone(err error) bool {
+	return errors.Is(err, pipeline.ErrIdempotencyReused) || errors.Is(err, pipeline.ErrAlreadyExists) || errors.Is(err, ErrConstraint)
 }
 
 // createGroupTx inserts a group: queued jobs in one pipelined batch, then
@@ -114,8 +124,12 @@ func (s *Store) createGroupTx(tx pgx.Tx, live []groupcommit.Request, res []group
 				res[i] = groupcommit.Response{Job: builtJob(live[i].Job, now), Created: true}
 				continue
 			}
+			// Nothing failed: ON CONFLICT DO NOTHING refused the insert, so
+			// the transaction goes on, and the request gets its own answer
+			// (a job key held by another job included: it is that
+			// request's, not the group's).
 			job, created, err := notInserted(ctx, tx, live[i].Job)
-			if err != nil && !errors.Is(err, pipeline.ErrIdempotencyReused) && !errors.Is(err, pipeline.ErrAlreadyExists) {
+			if err != nil && !refusedAlone(err) {
 				return err
 			}
 			res[i] = groupcommit.Response{Job: job, Created: created, Err: err}
@@ -126,7 +140,7 @@ func (s *Store) createGroupTx(tx pgx.Tx, live []groupcommit.Request, res []group
 			continue
 		}
 		job, created, err := s.createJobTx(ctx, tx, now, r.Job)
-		if err != nil && !errors.Is(err, pipeline.ErrIdempotencyReused) {
+		if err != nil && !refusedAlone(err) {
 			return err
 		}
 		res[i] = groupcommit.Response{Job: job, Created: created, Err: err}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"testing"
 
+	"edgepipe/internal/groupcommit"
 	"edgepipe/pipeline"
 )
 
@@ -34,5 +35,54 @@ func TestCloseStopsGroupCommitter(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// A request of a group that a unique index refuses — a used key, a taken
+// instance id, a job key held by another job — gets its own answer, and
+// the rest of the group is created in the same transaction: no statement
+// failed (ON CONFLICT DO NOTHING), so nothing has to be run again.
+func TestCommitGroupRefusalIsTheRequests(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, newDatabase(t), pipeline.NewManualClock(t0))
+	stored, _, err := s.CreateJob(ctx, newJob("v1-stored"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clash := newJob("v1-clash") // another tenant's submission under the stored job's key
+	clash.ID, clash.Tenant, clash.InstanceID = stored.ID, "other", "clash"
+	taken := newJob("v1-taken")
+	taken.InstanceID = stored.InstanceID
+	reused := newJob("v1-stored")
+	reused.RequestFingerprint = "fp-other"
+	reqs := []groupcommit.Request{{Job: newJob("v1-a")}, {Job: clash}, {Job: taken}, {Job: reused}, {Job: newJob("v1-stored")}, {Job: newJob("v1-b")}}
+	for i := range reqs {
+		reqs[i].Ctx, reqs[i].Job, reqs[i].Resp = ctx, reqs[i].Job.WithDefaults(), make(chan groupcommit.Response, 1)
+	}
+	s.commitGroup(reqs)
+	res := make([]groupcommit.Response, len(reqs))
+	for i, r := range reqs {
+		res[i] = <-r.Resp
+	}
+	if !res[0].Created || !res[5].Created || res[0].Err != nil || res[5].Err != nil {
+		t.Errorf("the group's good requests: %+v, %+v", res[0], res[5])
+	}
+	if !errors.Is(res[1].Err, ErrConstraint) || errors.Is(res[1].Err, pipeline.ErrAlreadyExists) {
+		t.Errorf("job key clash: %v, want a constraint error that is not ErrAlreadyExists", res[1].Err)
+	}
+	if !errors.Is(res[2].Err, pipeline.ErrAlreadyExists) {
+		t.Errorf("taken instance id: %v, want ErrAlreadyExists", res[2].Err)
+	}
+	if !errors.Is(res[3].Err, pipeline.ErrIdempotencyReused) {
+		t.Errorf("reused key: %v, want ErrIdempotencyReused", res[3].Err)
+	}
+	if res[4].Err != nil || res[4].Created || res[4].Job.ID != stored.ID {
+		t.Errorf("replay: %+v, want the stored job", res[4])
+	}
+	for _, id := range []string{res[0].Job.ID, res[5].Job.ID} {
+		if _, err := s.GetJob(ctx, id); err != nil {
+			t.Errorf("job %s: %v", id, err)
+		}
 	}
 }

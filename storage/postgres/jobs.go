@@ -124,7 +124,7 @@ func (s *Store) CreateJobs(ctx context.Context, njs []pipeline.NewJob) error {
 		for i, nj := range queued {
 			if err := br.QueryRow().Scan(&inserted[i]); err != nil {
 				_ = br.Close()
-				return fmt.Errorf("job %s: %w", nj.ID, insertJobError(err, nj))
+				return fmt.Errorf("job %s: %w", nj.ID, translate(err))
 			}
 		}
 		if err := br.Close(); err != nil {
@@ -212,7 +212,7 @@ func (s *Store) createJobTx(ctx context.Context, tx pgx.Tx, now int64, nj pipeli
 		return pipeline.Job{}, false, err
 	}
 	if err := tx.QueryRow(ctx, qCreateQueued, queuedArgs(nj, now)...).Scan(&n); err != nil {
-		return pipeline.Job{}, false, insertJobError(err, nj)
+		return pipeline.Job{}, false, translate(err)
 	}
 	if n == 0 {
 		return notInserted(ctx, tx, nj)
@@ -253,7 +253,7 @@ func notInserted(ctx context.Context, q dbtx, nj pipeline.NewJob) (pipeline.Job,
 	}
 	// Two tenants whose job keys collide, or a caller that reused an internal
 	// key: that says nothing about this tenant's ids (docs/design.md §3).
-	return pipeline.Job{}, false, fmt.Errorf("postgres: job key %s is held by another job", nj.ID)
+	return pipeline.Job{}, false, fmt.Errorf("postgres: job key %s is held by another job: %w", nj.ID, ErrConstraint)
 }
 
 // createDeadLetteredTx stores a job that cannot run here directly as
@@ -272,7 +272,7 @@ func (s *Store) createDeadLetteredTx(ctx context.Context, tx pgx.Tx, now int64, 
 	case errors.Is(err, pgx.ErrNoRows):
 		return notInserted(ctx, tx, nj)
 	case err != nil:
-		return pipeline.Job{}, false, insertJobError(err, nj)
+		return pipeline.Job{}, false, translate(err)
 	}
 	if _, err := appendEvent(ctx, tx, now, nj.ID, pipeline.EventCreated, "", pipeline.StatusPending, "",
 		map[string]any{"version": nj.Version, "queue": nj.Queue}); err != nil {
@@ -290,21 +290,6 @@ func (s *Store) createDeadLetteredTx(ctx context.Context, tx pgx.Tx, now int64, 
 		return pipeline.Job{}, false, err
 	}
 	return builtJob(nj, now), true, nil
-}
-
-// insertJobError translates a refused job insert. The unique index on
-// (tenant, instance_id) means the tenant's id is taken. A clash on the
-// primary key is two tenants whose job keys collide, or a caller that reused
-// an internal key: that says nothing about this tenant's ids, so it must not
-// read as "instance id taken" (docs/design.md §3).
-func insertJobError(err error, nj pipeline.NewJob) error {
-	switch {
-	case isUnique(err, "jobs_tenant_instance"):
-		return fmt.Errorf("%w: instance id %s is taken", pipeline.ErrAlreadyExists, nj.InstanceID)
-	case isUnique(err, "jobs_pkey"):
-		return fmt.Errorf("postgres: job key %s is held by another job: %w", nj.ID, translate(err))
-	}
-	return err
 }
 
 // builtJob is the row just inserted, built instead of read back.

@@ -116,6 +116,36 @@ func testCreateJobIdempotency(t *testing.T, h *Harness) {
 	if _, _, err := s.CreateJob(ctx, dup); !errors.Is(err, pipeline.ErrAlreadyExists) {
 		t.Fatalf("duplicate id: %v", err)
 	}
+
+	// A submission stored dead-lettered at once (an unbound version)
+	// answers the same: a replay is the stored job, another request under
+	// its key is refused, and its id is taken — also for a dead-lettered
+	// submission against a queued job.
+	dl := newJob("v2-dl")
+	dl.Version, dl.Queue = "v2", ""
+	dl.DeadLetterReason, dl.DeadLetterQueue, dl.DeadLetterDetail = pipeline.ReasonUnboundVersion, "render-v2", "v2 is not bound"
+	stored := mustCreate(t, s, dl)
+	if got, created, err := s.CreateJob(ctx, dl); err != nil || created || got.ID != stored.ID || got.Status != pipeline.StatusDeadLettered {
+		t.Fatalf("dead-lettered replay: %s %s created=%v %v", got.ID, got.Status, created, err)
+	}
+	dlDiff := dl
+	dlDiff.RequestFingerprint = "other"
+	if _, _, err := s.CreateJob(ctx, dlDiff); !errors.Is(err, pipeline.ErrIdempotencyReused) {
+		t.Fatalf("dead-lettered key reused: %v", err)
+	}
+	dlTaken := dl
+	dlTaken.IdempotencyKey = "fresh-dl"
+	if _, _, err := s.CreateJob(ctx, dlTaken); !errors.Is(err, pipeline.ErrAlreadyExists) {
+		t.Fatalf("dead-lettered id taken: %v", err)
+	}
+	onQueued := dl
+	onQueued.ID, onQueued.IdempotencyKey = "v1-a", "fresh-dl-2"
+	if _, _, err := s.CreateJob(ctx, onQueued); !errors.Is(err, pipeline.ErrAlreadyExists) {
+		t.Fatalf("dead-lettered submission of a queued job's id: %v", err)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM dead_letters`); n != 1 {
+		t.Fatalf("%d dead letters, want the one stored", n)
+	}
 }
 
 func testCreateJobConcurrentSameKeyOneJob(t *testing.T, h *Harness) {
