@@ -21,9 +21,6 @@ func (s *Store) commitGroup(batch []groupcommit.Request) {
 	res := make([]groupcommit.Response, len(batch))
 	err := s.inTx(context.Background(), func(tx *wtx) error {
 		now := s.now()
-		for i := range res {
-			res[i] = groupcommit.Response{}
-		}
 		// The shared transaction must not run under one caller's ctx: a
 		// canceled statement makes SQLite roll back the whole group.
 		if !slices.ContainsFunc(batch, needsOneByOne) {
@@ -34,12 +31,13 @@ func (s *Store) commitGroup(batch []groupcommit.Request) {
 				res[i].Err = r.Ctx.Err()
 				continue
 			}
-			// No savepoint per request: the two refusals a request can meet
-			// (a reused key, a taken id) happen before or at its first
-			// write, which SQLite undoes alone; anything else fails the
-			// group, and every request in it gets the error.
+			// No savepoint per request: the refusals a request can meet (a
+			// reused key, a taken id, a job key held by another job) happen
+			// before or at its first write, which SQLite undoes alone;
+			// anything else fails the group, and every request in it gets
+			// the error.
 			job, created, err := s.createJobTx(context.Background(), tx, now, r.Job, true)
-			if err != nil && !errors.Is(err, pipeline.ErrIdempotencyReused) && !errors.Is(err, pipeline.ErrAlreadyExists) {
+			if err != nil && !refusedAlone(err) {
 				return err
 			}
 			res[i] = groupcommit.Response{Job: job, Created: created, Err: err}
@@ -53,6 +51,19 @@ func (s *Store) commitGroup(batch []groupcommit.Request) {
 		r.Resp <- res[i]
 	}
 }
+
+// refusedAlone says whether err is one request's refusal, which leaves
+// the rest of its group to commit.
+func refusedAlone(err error) bool {
+	return errors.Is(err, pipeline.ErrIdempotencyReused) || errors.Is(err, pipeline.ErrAlreadyExists) || errors.Is(err, errJobKeyHeld)
+}
+
+// errJobKeyHeld: the job key (pipeline.JobKey) of a submission is held by
+// another job — two tenants whose keys collide, or a caller that chose the
+// key itself. It says nothing about the tenant's ids, so it is not
+// ErrAlreadyExists (docs/design.md §3); it is a constraint error of that
+// request alone, as in storage/postgres.
+var errJobKeyHeld = fmt.Errorf("%w: job key held by another job", ErrConstraint)
 
 // needsOneByOne says whether r's group goes one request at a time
 // (createJobTx) rather than as one set (createQueuedGroup): a job that is
@@ -77,6 +88,7 @@ func allValidUTF8(ss ...string) bool {
 // The statements of createQueuedGroup: each takes the whole group as one
 // JSON array (json_each), so a group of any size is the same five
 // statements, prepared once (stmtCache), instead of five a submission.
+// (Six: the group's job keys are read too.)
 var (
 	// qGroupKeys: the jobs that already hold one of the group's
 	// idempotency keys ([tenant, operation, key] per request).
@@ -86,8 +98,11 @@ var (
 	// ([tenant, instance id] per request).
 	qGroupInstances = `SELECT jobs.tenant, jobs.instance_id FROM json_each(?1) AS k
 		JOIN jobs ON jobs.tenant = k.value->>0 AND jobs.instance_id = k.value->>1`
+	// qGroupIDs: the group's job keys other jobs already hold.
+	qGroupIDs = `SELECT jobs.id FROM json_each(?1) AS k JOIN jobs ON jobs.id = k.value`
 	// qGroupInsertJobs inserts the new jobs, pending, in request order
-	// (one array per job, as groupJobRow writes it).
+	// (one array per job, as createQueuedGroup builds them; ORDER BY key
+	// says so, though json_each already yields the array in order).
 	qGroupInsertJobs = `INSERT INTO jobs (id, instance_id, tenant, operation, idempotency_key, request_fingerprint,
 		input_json, workflow_version, queue, status, status_changed_at, created_at, updated_at, webhook_url,
 		last_error_class, last_error_code, last_error_message, requires_action, trace_parent)
@@ -137,6 +152,25 @@ func (s *Store) createQueuedGroup(ctx context.Context, tx *wtx, now int64, batch
 	for _, j := range rows {
 		byKey[[3]string{j.Tenant, j.Operation, j.IdempotencyKey}] = j
 	}
+	ids := make([]string, len(batch))
+	for i, r := range batch {
+		ids[i] = r.Job.ID
+	}
+	idsJSON, err := json.Marshal(ids)
+	if err != nil {
+		return err
+	}
+	held := map[string]bool{}
+	heldIDs, err := collect(ctx, tx, func(r rowScanner) (string, error) {
+		var id string
+		return id, r.Scan(&id)
+	}, qGroupIDs, string(idsJSON))
+	if err != nil {
+		return err
+	}
+	for _, id := range heldIDs {
+		held[id] = true
+	}
 	taken := map[instance]bool{}
 	insts, err := collect(ctx, tx, func(r rowScanner) (instance, error) {
 		var in instance
@@ -163,6 +197,9 @@ func (s *Store) createQueuedGroup(ctx context.Context, tx *wtx, now int64, batch
 				res[i].Err = fmt.Errorf("%w (job %s)", pipeline.ErrIdempotencyReused, existing.ID)
 				continue
 			}
+			// A replay of an earlier request of the group gets its own
+			// copy of the input, as one read back from the store would.
+			existing.Input = slices.Clone(existing.Input)
 			res[i].Job = existing
 			continue
 		}
@@ -170,8 +207,12 @@ func (s *Store) createQueuedGroup(ctx context.Context, tx *wtx, now int64, batch
 			res[i].Err = fmt.Errorf("%w: instance id %s is taken", pipeline.ErrAlreadyExists, nj.InstanceID)
 			continue
 		}
+		if held[nj.ID] {
+			res[i].Err = fmt.Errorf("sqlite: job key %s: %w", nj.ID, errJobKeyHeld)
+			continue
+		}
 		job := builtJob(nj, now)
-		byKey[keyArgs[i]], taken[instance{nj.Tenant, nj.InstanceID}] = job, true
+		byKey[keyArgs[i]], taken[instance{nj.Tenant, nj.InstanceID}], held[nj.ID] = job, true, true
 		res[i] = groupcommit.Response{Job: job, Created: true}
 		var traceParent any
 		if nj.TraceParent != "" {
@@ -198,12 +239,6 @@ func (s *Store) createQueuedGroup(ctx context.Context, tx *wtx, now int64, batch
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, st.q, string(arg), now); err != nil {
-			if st.q == qGroupInsertJobs && errors.Is(translate(err), ErrConstraint) {
-				// Not a key or an instance id (both were checked, and this
-				// is the only writer): a job key held by another job, as
-				// insertJobError says of one job.
-				return fmt.Errorf("sqlite: a job key of the group is held by another job: %w", err)
-			}
 			return err
 		}
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
+	"time"
 
 	"edgepipe/internal/groupcommit"
 	"edgepipe/pipeline"
@@ -40,11 +42,19 @@ func commitOne(t *testing.T, s *Store, reqs []groupcommit.Request) []groupcommit
 func TestCommitGroupAnswersEachRequest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openTest(t, "", pipeline.NewManualClock(t0))
+	clock := pipeline.NewManualClock(t0)
+	s := openTest(t, "", clock)
 	stored, created, err := s.CreateJob(ctx, withInstance(newJob("v1-old"), "old-inst"))
 	if err != nil || !created {
 		t.Fatalf("create: %v %v", created, err)
 	}
+	clock.Advance(time.Minute) // a replay is the stored job, not one built now
+	replay := withInstance(newJob("v1-old"), "another-inst")
+	replay.Input = json.RawMessage(`{"title":"another"}`)
+	keyClash := withInstance(newJob("v1-old"), "k1") // another tenant's submission under the stored job's key
+	keyClash.Tenant, keyClash.IdempotencyKey = "globex", "k-clash"
+	groupClash := withInstance(newJob("v1-f"), "k2") // … and under a key created earlier in the group
+	groupClash.Tenant, groupClash.IdempotencyKey = "globex", "k-clash-2"
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
 	a := withInstance(newJob("v1-a"), "a")
@@ -59,14 +69,16 @@ func TestCommitGroupAnswersEachRequest(t *testing.T) {
 	g.WebhookURL = "https://example.test/hook"
 	reqs := []groupcommit.Request{
 		{Job: a},
-		{Job: a},       // the same request again: a replay of the one before it
-		{Job: otherFP}, // its key with another request
-		{Job: withInstance(newJob("v1-old"), "old-inst")}, // a replay of a stored job
+		{Job: a},              // the same request again: a replay of the one before it
+		{Job: otherFP},        // its key with another request
+		{Job: replay},         // a replay of a stored job
 		{Job: sameInstance},   // an instance id taken earlier in the group
 		{Job: storedInstance}, // an instance id taken in the store
 		{Job: f, Ctx: gone},   // its caller has gone
 		{Job: f},              // so this one creates it
 		{Job: g},
+		{Job: keyClash},
+		{Job: groupClash},
 	}
 	res := commitOne(t, s, reqs)
 	want := []struct {
@@ -77,6 +89,7 @@ func TestCommitGroupAnswersEachRequest(t *testing.T) {
 		{true, "v1-a", nil}, {false, "v1-a", nil}, {false, "", pipeline.ErrIdempotencyReused},
 		{false, "v1-old", nil}, {false, "", pipeline.ErrAlreadyExists}, {false, "", pipeline.ErrAlreadyExists},
 		{false, "", context.Canceled}, {true, "v1-f", nil}, {true, "v1-g", nil},
+		{false, "", errJobKeyHeld}, {false, "", errJobKeyHeld},
 	}
 	for i, w := range want {
 		r := res[i]
@@ -107,6 +120,10 @@ func TestCommitGroupAnswersEachRequest(t *testing.T) {
 	if got, _ := s.GetJob(ctx, "v1-g"); string(got.Input) != string(g.Input) || got.TraceParent != g.TraceParent || got.WebhookURL != g.WebhookURL {
 		t.Errorf("stored input %s, trace %q, webhook %q", got.Input, got.TraceParent, got.WebhookURL)
 	}
+	var nullTrace int
+	if err := s.read.QueryRow(`SELECT count(*) FROM jobs WHERE trace_parent IS NULL`).Scan(&nullTrace); err != nil || nullTrace != 3 {
+		t.Errorf("%d jobs without a trace parent stored as NULL (%v), want 3", nullTrace, err)
+	}
 	if total, visible, err := s.QueueDepth(ctx, "render-v1"); err != nil || total != 4 || visible != 4 {
 		t.Errorf("queue depth %d/%d (%v), want the stored job's and three new messages, visible", total, visible, err)
 	}
@@ -114,16 +131,35 @@ func TestCommitGroupAnswersEachRequest(t *testing.T) {
 		t.Errorf("refused request stored: %v", err)
 	}
 
-	// A key that is not UTF-8 cannot go through JSON byte for byte: the
-	// group goes one request at a time, and the key is stored as sent.
-	odd := withInstance(newJob("v1-odd"), "odd")
-	odd.IdempotencyKey = "key-\xff\xfe"
-	res = commitOne(t, s, []groupcommit.Request{{Job: withInstance(newJob("v1-h"), "h")}, {Job: odd}, {Job: odd}})
-	if !res[0].Created || !res[1].Created || res[2].Created || res[2].Err != nil || res[2].Job.ID != "v1-odd" {
-		t.Fatalf("one by one: %+v", res)
+	// A text that is not UTF-8 cannot go through JSON byte for byte: the
+	// group goes one request at a time, and the bytes are stored as sent.
+	for i, mangle := range []func(*pipeline.NewJob){
+		func(nj *pipeline.NewJob) { nj.IdempotencyKey = "key-\xff\xfe" },
+		func(nj *pipeline.NewJob) { nj.Input = json.RawMessage("{\"title\":\"\xff\"}") },
+		func(nj *pipeline.NewJob) { nj.WebhookURL = "https://example.test/\xff" },
+		func(nj *pipeline.NewJob) { nj.TraceParent = "00-\xff" },
+	} {
+		odd := withInstance(newJob(fmt.Sprintf("v1-odd%d", i)), fmt.Sprintf("odd%d", i))
+		mangle(&odd)
+		fresh := withInstance(newJob(fmt.Sprintf("v1-h%d", i)), fmt.Sprintf("h%d", i))
+		res = commitOne(t, s, []groupcommit.Request{{Job: fresh}, {Job: odd}, {Job: odd}})
+		if !res[0].Created || !res[1].Created || res[2].Created || res[2].Err != nil || res[2].Job.ID != odd.ID {
+			t.Fatalf("odd text %d, one by one: %+v", i, res)
+		}
+		got, err := s.GetJob(ctx, odd.ID)
+		if err != nil || got.IdempotencyKey != odd.IdempotencyKey || string(got.Input) != string(odd.Input) ||
+			got.WebhookURL != odd.WebhookURL || got.TraceParent != odd.TraceParent {
+			t.Errorf("odd text %d: stored %q %q %q %q (%v), want %q %q %q %q", i, got.IdempotencyKey, got.Input, got.WebhookURL, got.TraceParent, err,
+				odd.IdempotencyKey, odd.Input, odd.WebhookURL, odd.TraceParent)
+		}
 	}
-	if got, err := s.GetJob(ctx, "v1-odd"); err != nil || got.IdempotencyKey != odd.IdempotencyKey {
-		t.Errorf("stored key %q (%v), want %q", got.IdempotencyKey, err, odd.IdempotencyKey)
+	// The same clash of job keys one request at a time (the group holds a
+	// dead-lettered job) is that request's refusal too.
+	dl := withInstance(newJob("v1-dl"), "dl")
+	dl.Queue, dl.DeadLetterReason, dl.DeadLetterQueue = "", pipeline.ReasonUnboundVersion, "render-v1"
+	res = commitOne(t, s, []groupcommit.Request{{Job: keyClash}, {Job: dl}, {Job: withInstance(newJob("v1-i"), "i")}})
+	if !errors.Is(res[0].Err, errJobKeyHeld) || !res[1].Created || !res[2].Created {
+		t.Errorf("one by one with a job-key clash: %+v", res)
 	}
 }
 

@@ -171,7 +171,7 @@ func (s *Store) createJobTx(ctx context.Context, tx *wtx, now int64, nj pipeline
 }
 
 // builtJob is the row createJobTx inserts for nj at now, built instead of
-// read back.
+// read back; nj.Input must already be the stored input ("{}" for none).
 func builtJob(nj pipeline.NewJob, now int64) pipeline.Job {
 	status := pipeline.StatusPending
 	if nj.DeadLetterReason != "" {
@@ -197,7 +197,10 @@ func insertJobError(err error, nj pipeline.NewJob) error {
 	if strings.Contains(err.Error(), "jobs.instance_id") {
 		return fmt.Errorf("%w: instance id %s is taken", pipeline.ErrAlreadyExists, nj.InstanceID)
 	}
-	return fmt.Errorf("sqlite: job key %s is held by another job: %w", nj.ID, err)
+	if strings.Contains(err.Error(), "jobs.id") {
+		return fmt.Errorf("sqlite: job key %s: %w: %w", nj.ID, errJobKeyHeld, err)
+	}
+	return err
 }
 
 func boolInt(b bool) int {
