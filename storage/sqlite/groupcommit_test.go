@@ -32,13 +32,12 @@ func commitOne(t *testing.T, s *Store, reqs []groupcommit.Request) []groupcommit
 	return out
 }
 
-// TestCommitGroupAnswersEachRequest: one group of submissions, resolved as
-// one set of statements (createQueuedGroup), gives each request the answer
-// it would get alone and in order — replays and refusals against stored
-// jobs and against earlier requests of the same group, a gone caller left
-// out — and stores each new job, its created event (in request order) and
-// its message exactly; a group holding a text that is not UTF-8 goes one
-// request at a time and keeps those bytes.
+// TestCommitGroupAnswersEachRequest: one group of submissions in one
+// transaction gives each request the answer it would get alone and in
+// order — replays and refusals against stored jobs and against earlier
+// requests of the same group, a job key held by another job, a gone caller
+// left out — and stores each new job, its created event (in request order)
+// and its message exactly, texts that are not UTF-8 byte for byte.
 func TestCommitGroupAnswersEachRequest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -131,8 +130,7 @@ func TestCommitGroupAnswersEachRequest(t *testing.T) {
 		t.Errorf("refused request stored: %v", err)
 	}
 
-	// A text that is not UTF-8 cannot go through JSON byte for byte: the
-	// group goes one request at a time, and the bytes are stored as sent.
+	// Texts that are not UTF-8 are stored as sent.
 	for i, mangle := range []func(*pipeline.NewJob){
 		func(nj *pipeline.NewJob) { nj.IdempotencyKey = "key-\xff\xfe" },
 		func(nj *pipeline.NewJob) { nj.Input = json.RawMessage("{\"title\":\"\xff\"}") },
@@ -144,7 +142,7 @@ func TestCommitGroupAnswersEachRequest(t *testing.T) {
 		fresh := withInstance(newJob(fmt.Sprintf("v1-h%d", i)), fmt.Sprintf("h%d", i))
 		res = commitOne(t, s, []groupcommit.Request{{Job: fresh}, {Job: odd}, {Job: odd}})
 		if !res[0].Created || !res[1].Created || res[2].Created || res[2].Err != nil || res[2].Job.ID != odd.ID {
-			t.Fatalf("odd text %d, one by one: %+v", i, res)
+			t.Fatalf("odd text %d: %+v", i, res)
 		}
 		got, err := s.GetJob(ctx, odd.ID)
 		if err != nil || got.IdempotencyKey != odd.IdempotencyKey || string(got.Input) != string(odd.Input) ||
@@ -153,13 +151,13 @@ func TestCommitGroupAnswersEachRequest(t *testing.T) {
 				odd.IdempotencyKey, odd.Input, odd.WebhookURL, odd.TraceParent)
 		}
 	}
-	// The same clash of job keys one request at a time (the group holds a
-	// dead-lettered job) is that request's refusal too.
+	// The same clash of job keys in a group with a dead-lettered job is
+	// that request's refusal too.
 	dl := withInstance(newJob("v1-dl"), "dl")
 	dl.Queue, dl.DeadLetterReason, dl.DeadLetterQueue = "", pipeline.ReasonUnboundVersion, "render-v1"
 	res = commitOne(t, s, []groupcommit.Request{{Job: keyClash}, {Job: dl}, {Job: withInstance(newJob("v1-i"), "i")}})
 	if !errors.Is(res[0].Err, errJobKeyHeld) || !res[1].Created || !res[2].Created {
-		t.Errorf("one by one with a job-key clash: %+v", res)
+		t.Errorf("a job-key clash next to a dead-lettered job: %+v", res)
 	}
 }
 

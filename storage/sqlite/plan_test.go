@@ -5,7 +5,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"io"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,11 +28,6 @@ func TestWriteQueryPlansUseIndexes(t *testing.T) {
 	queries := s.stmts.seenQueries()
 	if len(queries) < 20 {
 		t.Fatalf("only %d statements recorded; the workload missed write paths", len(queries))
-	}
-	for _, q := range []string{qGroupKeys, qGroupInstances, qGroupInsertJobs, qGroupInsertEvents, qGroupInsertMessages} {
-		if !slices.Contains(queries, q) {
-			t.Errorf("the workload did not submit through the group commit's set statements: %s", strings.Join(strings.Fields(q), " "))
-		}
 	}
 	conn, err := s.write.Conn(ctx)
 	if err != nil {
