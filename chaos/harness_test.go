@@ -235,13 +235,35 @@ func tail(s string, n int) string {
 
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		// The port is free once closed, so the kernel may hand it to a
+		// parallel test's freePort before this test's process binds it
+		// (CI once saw two crash-matrix cases given one port, and one
+		// case's submissions reach the other's server). A port handed out
+		// once is never handed out again in this test binary: a test may
+		// restart its process on the same port.
+		handedOutMu.Lock()
+		seen := handedOut[port]
+		handedOut[port] = true
+		handedOutMu.Unlock()
+		if !seen {
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port that was not already handed out")
+	return 0
 }
+
+var (
+	handedOutMu sync.Mutex
+	handedOut   = map[int]bool{}
+)
 
 func randHex(n int) string {
 	b := make([]byte, n)
