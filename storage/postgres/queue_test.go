@@ -132,11 +132,7 @@ func TestCreatePlanWithoutStatistics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Release()
-	params := make([]string, len(queuedArgs(newJob("x"), 0)))
-	for i := range params {
-		params[i] = fmt.Sprintf("$%d", i+1)
-	}
-	execute := "EXECUTE create_cached(" + strings.Join(params, ", ") + ")"
+	execute := executeOf("create_cached", len(queuedArgs(newJob("x"), 0)))
 	for _, q := range []string{"SET plan_cache_mode = force_generic_plan", "PREPARE create_cached AS " + qCreateQueued} {
 		if _, err := conn.Exec(ctx, q); err != nil {
 			t.Fatal(err)
@@ -257,11 +253,7 @@ func explainAnalyze(t *testing.T, s *Store, generic bool, q string, args ...any)
 			t.Fatal(err)
 		}
 		defer func() { _, _ = tx.Exec(ctx, "DEALLOCATE "+name) }()
-		params := make([]string, len(args))
-		for i := range args {
-			params[i] = fmt.Sprintf("$%d", i+1)
-		}
-		q = "EXECUTE " + name + "(" + strings.Join(params, ", ") + ")"
+		q = executeOf(name, len(args))
 		// EXECUTE's arguments are expressions in its text, not protocol
 		// parameters: the simple protocol writes them in as literals.
 		qargs = append([]any{pgx.QueryExecModeSimpleProtocol}, args...)
@@ -281,6 +273,16 @@ func explainAnalyze(t *testing.T, s *Store, generic bool, q string, args ...any)
 		t.Fatalf("EXPLAIN output: %v", err)
 	}
 	return plans[0].Plan
+}
+
+// executeOf is "EXECUTE name($1, …, $n)": the prepared statement run with
+// the query's own n parameters.
+func executeOf(name string, n int) string {
+	params := make([]string, n)
+	for i := range params {
+		params[i] = fmt.Sprintf("$%d", i+1)
+	}
+	return "EXECUTE " + name + "(" + strings.Join(params, ", ") + ")"
 }
 
 // planNode is a node of EXPLAIN (FORMAT JSON).

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"edgepipe/internal/groupcommit"
 	"edgepipe/pipeline"
@@ -54,10 +53,3 @@ func (s *Store) commitGroup(batch []groupcommit.Request) {
 func refusedAlone(err error) bool {
 	return errors.Is(err, pipeline.ErrIdempotencyReused) || errors.Is(err, pipeline.ErrAlreadyExists) || errors.Is(err, errJobKeyHeld)
 }
-
-// errJobKeyHeld: the job key (pipeline.JobKey) of a submission is held by
-// another job — two tenants whose keys collide, or a caller that chose the
-// key itself. It says nothing about the tenant's ids, so it is not
-// ErrAlreadyExists (docs/design.md §3); it is a constraint error of that
-// request alone, as in storage/postgres.
-var errJobKeyHeld = fmt.Errorf("%w: job key held by another job", ErrConstraint)

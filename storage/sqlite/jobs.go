@@ -167,22 +167,20 @@ func (s *Store) createJobTx(ctx context.Context, tx *wtx, now int64, nj pipeline
 	}
 	// The row is exactly what was just inserted; build it instead of
 	// reading it back (this runs once per submission, inside the commit).
-	return builtJob(nj, now), true, nil
-}
-
-// builtJob is the row createJobTx inserts for nj at now, built instead of
-// read back; nj.Input must already be the stored input ("{}" for none).
-func builtJob(nj pipeline.NewJob, now int64) pipeline.Job {
-	status := pipeline.StatusPending
-	if nj.DeadLetterReason != "" {
-		status = pipeline.StatusDeadLettered
-	}
 	t := fromMS(now)
-	return pipeline.Job{ID: nj.ID, InstanceID: nj.InstanceID, Tenant: nj.Tenant, Operation: nj.Operation, IdempotencyKey: nj.IdempotencyKey,
+	job = pipeline.Job{ID: nj.ID, InstanceID: nj.InstanceID, Tenant: nj.Tenant, Operation: nj.Operation, IdempotencyKey: nj.IdempotencyKey,
 		RequestFingerprint: nj.RequestFingerprint, Input: nj.Input, Version: nj.Version, Queue: nj.Queue, Status: status,
 		StatusChangedAt: t, CreatedAt: t, UpdatedAt: t, WebhookURL: nj.WebhookURL, TraceParent: nj.TraceParent,
 		LastErrorClass: pipeline.ErrorClass(pipeline.DeadLetterClass(nj.DeadLetterReason)), LastErrorCode: nj.DeadLetterReason, LastErrorMessage: pipeline.DeadLetterMessage(nj.DeadLetterReason), RequiresAction: nj.DeadLetterReason != ""}
+	return job, true, nil
 }
+
+// errJobKeyHeld: the job key (pipeline.JobKey) of a submission is held by
+// another job — two tenants whose keys collide, or a caller that chose the
+// key itself. It says nothing about the tenant's ids, so it is not
+// ErrAlreadyExists (docs/design.md §3); it is a constraint error of that
+// request alone, as in storage/postgres.
+var errJobKeyHeld = fmt.Errorf("%w: job key held by another job", ErrConstraint)
 
 // insertJobError translates a refused job insert. The unique index on
 // (tenant, instance_id) means the tenant's id is taken (checked before the
