@@ -50,8 +50,16 @@ type Config struct {
 	MaxDeliveries int
 	// ReadConns is the size of the read pool. Default 4.
 	ReadConns int
-	Clock     pipeline.Clock
-	Logger    *slog.Logger
+	// CheckpointInterval is how often the WAL is checkpointed, off the
+	// commit path, when something was committed since the last time
+	// (checkpoint.go). Default 250 ms.
+	CheckpointInterval time.Duration
+	// CheckpointRestartPages is the WAL length, in pages, past which a
+	// checkpoint waits for readers so the WAL can start over. Default
+	// 10,000 (about 40 MiB).
+	CheckpointRestartPages int
+	Clock                  pipeline.Clock
+	Logger                 *slog.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -66,6 +74,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.ReadConns == 0 {
 		c.ReadConns = 4
+	}
+	if c.CheckpointInterval == 0 {
+		c.CheckpointInterval = 250 * time.Millisecond
+	}
+	if c.CheckpointRestartPages == 0 {
+		c.CheckpointRestartPages = 10_000
 	}
 	if c.Clock == nil {
 		c.Clock = pipeline.SystemClock{}
@@ -88,6 +102,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: sqlite: max deliveries must be at least 1", pipeline.ErrInvalidInput)
 	case c.ReadConns < 1:
 		return fmt.Errorf("%w: sqlite: read pool needs at least one connection", pipeline.ErrInvalidInput)
+	case c.CheckpointInterval < 0 || c.CheckpointRestartPages < 0:
+		return fmt.Errorf("%w: sqlite: checkpoint interval and restart pages must not be negative", pipeline.ErrInvalidInput)
 	}
 	return nil
 }
@@ -98,6 +114,7 @@ type Store struct {
 	write *sql.DB // exactly one connection
 	stmts stmtCache
 	group *groupcommit.Committer
+	ckpt  *checkpointer
 	read  *sql.DB
 	clock pipeline.Clock
 	log   *slog.Logger
@@ -120,7 +137,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	q.Set("_synchronous", cfg.Synchronous)
 	q.Set("_foreign_keys", "1")
 	q.Set("_txlock", "immediate")
-	write, err := sql.Open("sqlite3", "file:"+uriPath(abs)+"?"+q.Encode())
+	write, err := sql.Open(writerDriver, "file:"+uriPath(abs)+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open: %w", err)
 	}
@@ -130,6 +147,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	write.SetConnMaxIdleTime(0)
 
 	s := &Store{cfg: cfg, write: write, clock: cfg.Clock, log: cfg.Logger}
+	s.ckpt = &checkpointer{every: cfg.CheckpointInterval, restartPages: cfg.CheckpointRestartPages, store: s}
 	s.stmts.db = write
 	if err := s.migrate(ctx); err != nil {
 		write.Close()
@@ -148,10 +166,24 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	read.SetMaxOpenConns(cfg.ReadConns)
 	read.SetMaxIdleConns(cfg.ReadConns)
 	s.read = read
+	// The checkpointer's connection writes the database file; its own
+	// commits (none) would checkpoint as SQLite does by default.
+	cq := url.Values{}
+	cq.Set("_busy_timeout", strconv.FormatInt(cfg.BusyTimeout.Milliseconds(), 10))
+	ckdb, err := sql.Open("sqlite3", "file:"+uriPath(abs)+"?"+cq.Encode())
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("sqlite: open checkpointer: %w", err), read.Close(), write.Close())
+	}
+	ckdb.SetMaxOpenConns(1)
+	s.ckpt.db = ckdb
 	s.group = groupcommit.New(s.commitGroup, errClosed)
-	// The committer outlives Open's ctx: it runs until Close.
+	// The committer and the checkpointer outlive Open's ctx: they run
+	// until Close.
+	if err := s.ckpt.svc.Start(context.WithoutCancel(ctx), s.ckpt.run); err != nil {
+		return nil, errors.Join(err, ckdb.Close(), read.Close(), write.Close())
+	}
 	if err := s.group.Start(context.WithoutCancel(ctx)); err != nil {
-		return nil, errors.Join(err, read.Close(), write.Close())
+		return nil, errors.Join(err, s.ckpt.svc.Stop(context.Background()), ckdb.Close(), read.Close(), write.Close())
 	}
 	return s, nil
 }
@@ -164,11 +196,12 @@ func uriPath(p string) string {
 }
 
 // Close stops the group committer (its last group is committed first) and
-// closes both pools.
+// the checkpointer, and closes the pools.
 func (s *Store) Close() error {
 	_ = s.group.Stop(context.Background()) // waits for its commit; cannot fail without a deadline
+	_ = s.ckpt.svc.Stop(context.Background())
 	s.stmts.close()
-	return errors.Join(s.read.Close(), s.write.Close())
+	return errors.Join(s.ckpt.db.Close(), s.read.Close(), s.write.Close())
 }
 
 // Ping checks the database answers (for /readyz).
@@ -268,6 +301,7 @@ func (s *Store) inTx(ctx context.Context, fn func(*wtx) error) error {
 	if err := tx.Commit(); err != nil {
 		return translate(err)
 	}
+	s.ckpt.committed()
 	s.wake.announce(w.visible)
 	return nil
 }

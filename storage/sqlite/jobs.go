@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"edgepipe/pipeline"
 )
@@ -108,41 +107,31 @@ func (s *Store) createJobTx(ctx context.Context, tx *wtx, now int64, nj pipeline
 	if len(nj.Input) == 0 {
 		nj.Input = json.RawMessage("{}")
 	}
-	existing, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs
-		WHERE tenant = ? AND operation = ? AND idempotency_key = ?`, nj.Tenant, nj.Operation, nj.IdempotencyKey))
-	switch {
-	case err == nil:
-		if existing.RequestFingerprint != nj.RequestFingerprint {
-			return job, false, fmt.Errorf("%w (job %s)", pipeline.ErrIdempotencyReused, existing.ID)
-		}
-		return existing, false, nil
-	case !errors.Is(err, pipeline.ErrNotFound):
-		return job, false, err
-	}
-	// Instance ids are unique per tenant: only this tenant's jobs can make
-	// one taken. (One writer at a time: nothing can slip in between.)
-	var taken string
-	err = tx.QueryRowContext(ctx, `SELECT id FROM jobs WHERE tenant = ? AND instance_id = ?`, nj.Tenant, nj.InstanceID).Scan(&taken)
-	switch err = translate(err); {
-	case err == nil:
-		return job, false, fmt.Errorf("%w: instance id %s is taken", pipeline.ErrAlreadyExists, nj.InstanceID)
-	case !errors.Is(err, pipeline.ErrNotFound):
-		return job, false, err
-	}
 	status := pipeline.StatusPending
 	if nj.DeadLetterReason != "" {
 		status = pipeline.StatusDeadLettered
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO jobs (id, instance_id, tenant, operation, idempotency_key, request_fingerprint,
+	// Insert first: without a conflict target every unique index of jobs
+	// arbitrates (the idempotency key, the tenant's instance id, the job
+	// key), so a new job — nearly every submission — costs one statement
+	// instead of two look-ups and an insert. Only a row not inserted is
+	// looked into, in the order the checks always had.
+	res, err := tx.ExecContext(ctx, `INSERT INTO jobs (id, instance_id, tenant, operation, idempotency_key, request_fingerprint,
 		input_json, workflow_version, queue, status, status_changed_at, created_at, updated_at, webhook_url,
 		last_error_class, last_error_code, last_error_message, requires_action, trace_parent)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
 		nj.ID, nj.InstanceID, nj.Tenant, nj.Operation, nj.IdempotencyKey, nj.RequestFingerprint, string(nj.Input),
 		nj.Version, nj.Queue, status, now, now, now, nj.WebhookURL,
 		pipeline.DeadLetterClass(nj.DeadLetterReason), nj.DeadLetterReason, pipeline.DeadLetterMessage(nj.DeadLetterReason), boolInt(nj.DeadLetterReason != ""),
 		nullString(nj.TraceParent))
 	if err != nil {
-		return job, false, insertJobError(err, nj)
+		return job, false, err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return job, false, err
+	} else if n == 0 {
+		existing, err := s.notInserted(ctx, tx, nj)
+		return existing, false, err
 	}
 	if _, err := appendEvent(ctx, tx, now, nj.ID, pipeline.EventCreated, "", pipeline.StatusPending, "", map[string]any{"version": nj.Version, "queue": nj.Queue}); err != nil {
 		return job, false, err
@@ -175,31 +164,48 @@ func (s *Store) createJobTx(ctx context.Context, tx *wtx, now int64, nj pipeline
 	return job, true, nil
 }
 
+// notInserted says why nj's row was not inserted (ON CONFLICT DO NOTHING):
+// its idempotency key is stored — the same request (the stored job, a
+// replay) or another one (ErrIdempotencyReused) —, the tenant's instance id
+// is taken (ErrAlreadyExists), or its job key is held by another job
+// (errJobKeyHeld).
+func (s *Store) notInserted(ctx context.Context, tx *wtx, nj pipeline.NewJob) (pipeline.Job, error) {
+	existing, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs
+		WHERE tenant = ? AND operation = ? AND idempotency_key = ?`, nj.Tenant, nj.Operation, nj.IdempotencyKey))
+	switch {
+	case err == nil:
+		if existing.RequestFingerprint != nj.RequestFingerprint {
+			return pipeline.Job{}, fmt.Errorf("%w (job %s)", pipeline.ErrIdempotencyReused, existing.ID)
+		}
+		return existing, nil
+	case !errors.Is(err, pipeline.ErrNotFound):
+		return pipeline.Job{}, err
+	}
+	var taken string
+	err = tx.QueryRowContext(ctx, `SELECT id FROM jobs WHERE tenant = ? AND instance_id = ?`, nj.Tenant, nj.InstanceID).Scan(&taken)
+	switch err = translate(err); {
+	case err == nil:
+		return pipeline.Job{}, fmt.Errorf("%w: instance id %s is taken", pipeline.ErrAlreadyExists, nj.InstanceID)
+	case !errors.Is(err, pipeline.ErrNotFound):
+		return pipeline.Job{}, err
+	}
+	err = tx.QueryRowContext(ctx, `SELECT id FROM jobs WHERE id = ?`, nj.ID).Scan(&taken)
+	switch err = translate(err); {
+	case err == nil:
+		return pipeline.Job{}, fmt.Errorf("sqlite: job key %s: %w", nj.ID, errJobKeyHeld)
+	case errors.Is(err, pipeline.ErrNotFound):
+		// jobs has no other unique index: a row left out must have met one.
+		return pipeline.Job{}, fmt.Errorf("sqlite: job %s was not inserted and no unique index holds it", nj.ID)
+	}
+	return pipeline.Job{}, err
+}
+
 // errJobKeyHeld: the job key (pipeline.JobKey) of a submission is held by
 // another job — two tenants whose keys collide, or a caller that chose the
 // key itself. It says nothing about the tenant's ids, so it is not
 // ErrAlreadyExists (docs/design.md §3); it is a constraint error of that
 // request alone, as in storage/postgres.
 var errJobKeyHeld = fmt.Errorf("%w: job key held by another job", ErrConstraint)
-
-// insertJobError translates a refused job insert. The unique index on
-// (tenant, instance_id) means the tenant's id is taken (checked before the
-// insert, so only a racing writer of another process gets here). A clash on
-// the primary key is two tenants whose job keys collide, or a caller that
-// reused an internal key: that says nothing about this tenant's ids, so it
-// must not read as "instance id taken" (docs/design.md §3).
-func insertJobError(err error, nj pipeline.NewJob) error {
-	if !errors.Is(translate(err), ErrConstraint) {
-		return err
-	}
-	if strings.Contains(err.Error(), "jobs.instance_id") {
-		return fmt.Errorf("%w: instance id %s is taken", pipeline.ErrAlreadyExists, nj.InstanceID)
-	}
-	if strings.Contains(err.Error(), "jobs.id") {
-		return fmt.Errorf("sqlite: job key %s: %w: %w", nj.ID, errJobKeyHeld, err)
-	}
-	return err
-}
 
 func boolInt(b bool) int {
 	if b {

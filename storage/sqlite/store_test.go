@@ -96,7 +96,8 @@ func TestNewerSchemaRefused(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	for _, c := range []Config{{}, {Path: "x", Synchronous: "OFF"}, {Path: "x", BusyTimeout: -1}} {
+	for _, c := range []Config{{}, {Path: "x", Synchronous: "OFF"}, {Path: "x", BusyTimeout: -1},
+		{Path: "x", CheckpointInterval: -1}, {Path: "x", CheckpointRestartPages: -1}} {
 		if _, err := Open(context.Background(), c); !errors.Is(err, pipeline.ErrInvalidInput) {
 			t.Errorf("Open(%+v) = %v, want ErrInvalidInput", c, err)
 		}

@@ -1,0 +1,97 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"sync/atomic"
+	"time"
+
+	sqlite3 "github.com/mattn/go-sqlite3"
+
+	"edgepipe/pipeline"
+)
+
+// WAL checkpoints off the commit path.
+//
+// By default SQLite checkpoints inside the commit that takes the WAL past
+// 1,000 pages (wal_autocheckpoint): that commit copies the WAL into the
+// database file and syncs both while the one writer connection, and every
+// submission queued behind it, waits. The store's writer connection turns
+// that off (writerDriver) and a checkpointer runs them on a connection of
+// its own, as litestream does: a PASSIVE checkpoint every interval in
+// which something was committed — it copies what no reader still needs and
+// never blocks the writer or a reader —, and a RESTART one, which waits
+// for the writer and the readers, only when the WAL has grown past
+// RestartPages anyway (a reader that never lets go must not make it grow
+// without bound). A process that stops leaves the rest to the next one:
+// SQLite checkpoints when the last connection to the file closes.
+
+// writerDriver is mattn/go-sqlite3 with automatic checkpoints off on every
+// connection it opens: the store's writer pool (one connection, reopened
+// with the same setting if database/sql ever replaces it).
+const writerDriver = "sqlite3_edgepipe_writer"
+
+func init() {
+	sql.Register(writerDriver, &sqlite3.SQLiteDriver{ConnectHook: func(c *sqlite3.SQLiteConn) error {
+		_, err := c.Exec("PRAGMA wal_autocheckpoint = 0", nil)
+		return err
+	}})
+}
+
+// checkpointer runs the store's WAL checkpoints (see above).
+type checkpointer struct {
+	db           *sql.DB // a read-write pool of one connection, its own
+	every        time.Duration
+	restartPages int
+	store        *Store
+	svc          pipeline.Service
+	wrote        atomic.Bool // a commit since the last checkpoint
+	runs         atomic.Int64
+	restarts     atomic.Int64
+}
+
+// committed tells the checkpointer the WAL has grown (the writer calls it
+// after every commit: one atomic store).
+func (c *checkpointer) committed() { c.wrote.Store(true) }
+
+func (c *checkpointer) run(ctx context.Context) {
+	t := time.NewTicker(c.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if c.wrote.Swap(false) {
+			c.checkpoint(ctx)
+		}
+	}
+}
+
+// checkpoint runs one PASSIVE checkpoint and, when the WAL is longer than
+// restartPages, a RESTART one. A failure is logged and left to the next
+// interval: the WAL keeps every commit until a checkpoint succeeds, so
+// nothing is lost meanwhile.
+func (c *checkpointer) checkpoint(ctx context.Context) {
+	var busy, pages, copied int
+	if err := c.db.QueryRowContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &pages, &copied); err != nil {
+		if ctx.Err() == nil {
+			c.store.log.Warn("sqlite: WAL checkpoint failed; retrying at the next interval", "err", err)
+			c.wrote.Store(true)
+		}
+		return
+	}
+	c.runs.Add(1)
+	if pages < c.restartPages {
+		return
+	}
+	if err := c.db.QueryRowContext(ctx, `PRAGMA wal_checkpoint(RESTART)`).Scan(&busy, &pages, &copied); err != nil {
+		if ctx.Err() == nil {
+			c.store.log.Warn("sqlite: WAL restart checkpoint failed; retrying at the next interval", "err", err, "wal_pages", pages)
+			c.wrote.Store(true)
+		}
+		return
+	}
+	c.restarts.Add(1)
+}

@@ -1,0 +1,133 @@
+package sqlite
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"edgepipe/pipeline"
+)
+
+// walFrame is one page in the WAL file with its frame header.
+const walFrame = 4096 + 24
+
+// fillWAL commits about pages WAL pages of jobs, a few jobs per commit.
+func fillWAL(t *testing.T, s *Store, prefix string, pages int) {
+	t.Helper()
+	input := json.RawMessage(`{"pad":"` + strings.Repeat("x", 16<<10) + `"}`) // ~4 pages a job
+	for i := range pages / 4 / 5 {
+		batch := make([]pipeline.NewJob, 5)
+		for k := range batch {
+			batch[k] = newJob(fmt.Sprintf("%s-%04d-%d", prefix, i, k))
+			batch[k].Input = input
+		}
+		if err := s.CreateJobs(context.Background(), batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// A commit never checkpoints: with the checkpointer idle, the WAL holds
+// every page committed — SQLite's default would have copied it into the
+// database at 1,000 pages and started the WAL over (the file stays at that
+// high-water mark) — and the database file holds none of them.
+func TestCommitsDoNotCheckpoint(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "c.db")
+	s, err := Open(context.Background(), Config{Path: path, CheckpointInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	dbBefore := fileSize(t, path)
+	fillWAL(t, s, "v1-nock", 3000)
+	if frames := fileSize(t, path+"-wal") / walFrame; frames < 2500 {
+		t.Errorf("WAL holds %d frames after ~3,000 pages committed: a commit checkpointed", frames)
+	}
+	if db := fileSize(t, path); db > dbBefore+1<<20 {
+		t.Errorf("database file grew from %d to %d bytes without a checkpoint of the store's", dbBefore, db)
+	}
+	if n := s.ckpt.runs.Load(); n != 0 {
+		t.Errorf("checkpointer ran %d times within its hour", n)
+	}
+}
+
+// The checkpointer copies what was committed into the database file, and
+// past CheckpointRestartPages it also lets the WAL start over.
+func TestCheckpointerCheckpoints(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name         string
+		restartPages int
+		wantRestarts bool
+	}{
+		{"passive", 1 << 30, false},
+		{"restart", 100, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "c.db")
+			s, err := Open(context.Background(), Config{Path: path, CheckpointInterval: 5 * time.Millisecond, CheckpointRestartPages: tc.restartPages})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			fillWAL(t, s, "v1-ck", 2000)
+			deadline := time.Now().Add(10 * time.Second)
+			for fileSize(t, path) < 6<<20 || (tc.wantRestarts && s.ckpt.restarts.Load() == 0) {
+				if time.Now().After(deadline) {
+					t.Fatalf("after 10 s: database file %d bytes, %d checkpoints, %d restarts",
+						fileSize(t, path), s.ckpt.runs.Load(), s.ckpt.restarts.Load())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if !tc.wantRestarts && s.ckpt.restarts.Load() != 0 {
+				t.Errorf("%d restart checkpoints below the restart length", s.ckpt.restarts.Load())
+			}
+			// Every job is still there, read through the read pool.
+			var n int
+			if err := s.read.QueryRow(`SELECT count(*) FROM jobs`).Scan(&n); err != nil || n != 2000/4/5*5 {
+				t.Errorf("jobs after checkpoints: %d (%v), want %d", n, err, 2000/4/5*5)
+			}
+		})
+	}
+}
+
+// An idle store does not checkpoint: the checkpointer runs only after a
+// commit.
+func TestCheckpointerIdleWithoutCommits(t *testing.T) {
+	t.Parallel()
+	s, err := Open(context.Background(), Config{Path: filepath.Join(t.TempDir(), "c.db"), CheckpointInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	time.Sleep(20 * time.Millisecond) // the migrations' commits
+	before := s.ckpt.runs.Load()
+	time.Sleep(50 * time.Millisecond)
+	if after := s.ckpt.runs.Load(); after != before {
+		t.Errorf("%d checkpoints with nothing committed", after-before)
+	}
+	mustCreate(t, s, newJob("v1-idle"))
+	deadline := time.Now().Add(5 * time.Second)
+	for s.ckpt.runs.Load() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("no checkpoint after a commit")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
