@@ -32,6 +32,19 @@ const maxFieldErrors = 50
 // JSON type, and anything after the object. JSON null is accepted wherever
 // encoding/json accepts it (it leaves the field unset).
 func decodeStrictJSON(body []byte, v any) error {
+	if strictAccepts(body, reflect.TypeOf(v).Elem()) {
+		if json.Unmarshal(body, v) == nil {
+			return nil
+		}
+		// Unreachable when strictAccepts is right; the walk says why.
+		reflect.ValueOf(v).Elem().SetZero()
+	}
+	return walkStrictJSON(body, v)
+}
+
+// walkStrictJSON is decodeStrictJSON without the fast path: it walks the
+// token stream against v's type and names every problem.
+func walkStrictJSON(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	w := &jsonWalker{dec: dec}
