@@ -62,6 +62,7 @@ func TestStrictAccepts(t *testing.T) {
 		{"unknown key", sub, `{"titel":"a"}`, false},
 		{"key of another case", sub, `{"Title":"a"}`, false},
 		{"escaped key", sub, `{"titl\u0065":"a"}`, false},
+		{"map key repeated, once escaped", odd, `{"m":{"a":1,"\u0061":2}}`, false},
 		{"non-ASCII key", odd, "{\"m\":{\"\xff\":1,\"\xfe\":2}}", false},
 		{"fraction in a whole number", sub, `{"options":{"fps":25.0}}`, false},
 		{"exponent in a whole number", sub, `{"options":{"fps":2e1}}`, false},

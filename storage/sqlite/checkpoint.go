@@ -20,11 +20,18 @@ import (
 // that off (writerDriver) and a checkpointer runs them on a connection of
 // its own, as litestream does: a PASSIVE checkpoint every interval in
 // which something was committed — it copies what no reader still needs and
-// never blocks the writer or a reader —, and a RESTART one, which waits
-// for the writer and the readers, only when the WAL has grown past
-// RestartPages anyway (a reader that never lets go must not make it grow
-// without bound). A process that stops leaves the rest to the next one:
-// SQLite checkpoints when the last connection to the file closes.
+// never blocks the writer or a reader. The WAL starts over when a write
+// begins after a checkpoint copied all of it; under a steady stream of
+// commits that moment may never come (each checkpoint copies what was there
+// when it began, and the writer has added more since), so once the WAL is
+// CheckpointRestartPages long and a PASSIVE checkpoint copied every frame,
+// a RESTART checkpoint takes the write lock, copies the last frames and
+// waits for the readers to leave the WAL, so the next write starts it
+// over. It waits at most ckptBusyTimeout for either — writers wait
+// meanwhile, they do not fail —, and it is not tried while a reader still
+// needs frames PASSIVE could not copy: it would hold the write lock for
+// that reader and then fail. A process that stops leaves the rest to the
+// next one: SQLite checkpoints when the last connection to the file closes.
 
 // writerDriver is mattn/go-sqlite3 with automatic checkpoints off on every
 // connection it opens: the store's writer pool (one connection, reopened
@@ -38,6 +45,11 @@ func init() {
 	}})
 }
 
+// ckptBusyTimeout is the checkpointer connection's busy timeout: the
+// longest a RESTART checkpoint waits for the writer lock, and then, holding
+// it, for the readers — every commit waits meanwhile.
+const ckptBusyTimeout = 100 * time.Millisecond
+
 // checkpointer runs the store's WAL checkpoints (see above).
 type checkpointer struct {
 	db           *sql.DB // a read-write pool of one connection, its own
@@ -45,9 +57,10 @@ type checkpointer struct {
 	restartPages int
 	store        *Store
 	svc          pipeline.Service
-	wrote        atomic.Bool // a commit since the last checkpoint
-	runs         atomic.Int64
-	restarts     atomic.Int64
+	wrote        atomic.Bool  // a commit since the last checkpoint
+	runs         atomic.Int64 // PASSIVE checkpoints run
+	restartTries atomic.Int64 // RESTART checkpoints begun
+	restarts     atomic.Int64 // and completed
 }
 
 // committed tells the checkpointer the WAL has grown (the writer calls it
@@ -83,9 +96,12 @@ func (c *checkpointer) checkpoint(ctx context.Context) {
 		return
 	}
 	c.runs.Add(1)
-	if pages < c.restartPages {
+	// A reader still needs frames PASSIVE could not copy: RESTART would
+	// hold the write lock waiting for it and then fail.
+	if pages < c.restartPages || copied < pages {
 		return
 	}
+	c.restartTries.Add(1)
 	if err := c.db.QueryRowContext(ctx, `PRAGMA wal_checkpoint(RESTART)`).Scan(&busy, &pages, &copied); err != nil {
 		if ctx.Err() == nil {
 			c.store.log.Warn("sqlite: WAL restart checkpoint failed; retrying at the next interval", "err", err, "wal_pages", pages)
@@ -93,5 +109,7 @@ func (c *checkpointer) checkpoint(ctx context.Context) {
 		}
 		return
 	}
-	c.restarts.Add(1)
+	if busy == 0 { // 1: a writer or a reader outlasted ckptBusyTimeout; the next commit brings it back
+		c.restarts.Add(1)
+	}
 }

@@ -116,7 +116,12 @@ func TestCheckpointerIdleWithoutCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	time.Sleep(20 * time.Millisecond) // the migrations' commits
+	// Wait for the checkpoint of the migrations' commits.
+	for deadline := time.Now().Add(5 * time.Second); s.ckpt.wrote.Load() || s.ckpt.runs.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the migrations' commits were never checkpointed")
+		}
+	}
 	before := s.ckpt.runs.Load()
 	time.Sleep(50 * time.Millisecond)
 	if after := s.ckpt.runs.Load(); after != before {
@@ -129,5 +134,102 @@ func TestCheckpointerIdleWithoutCommits(t *testing.T) {
 			t.Fatal("no checkpoint after a commit")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// A reader holding an old snapshot while the WAL is past the restart length
+// stalls no commit: the RESTART checkpoint, which would hold the write lock
+// waiting for that reader, is not tried while PASSIVE cannot copy every
+// frame. (Before, every submission waited out the checkpointer's busy
+// timeout, and with the writer's own shorter than that, failed.)
+func TestCheckpointerLeavesWritersAloneBehindAReader(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "c.db"), CheckpointInterval: 5 * time.Millisecond,
+		CheckpointRestartPages: 100, BusyTimeout: 1 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// The reader's snapshot must need WAL frames no checkpoint copied yet
+	// (a reader that begins on a fully copied WAL reads only the database
+	// file, and no checkpoint waits for it): the checkpointer pauses while
+	// the WAL fills and the reader begins.
+	if err := s.ckpt.svc.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fillWAL(t, s, "v1-a", 400)
+	rtx, err := s.read.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rtx.Rollback() //nolint:errcheck // a read transaction
+	var n int
+	if err := rtx.QueryRow(`SELECT count(*) FROM jobs`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ckpt.svc.Start(context.WithoutCancel(ctx), s.ckpt.run); err != nil {
+		t.Fatal(err)
+	}
+	var worst time.Duration
+	for i := 0; i < 300; i++ {
+		t0 := time.Now()
+		if _, _, err := s.CreateJob(ctx, newJob(fmt.Sprintf("v1-b%05d", i))); err != nil {
+			t.Fatalf("submission %d behind a reader: %v", i, err)
+		}
+		worst = max(worst, time.Since(t0))
+		if i%50 == 0 {
+			time.Sleep(10 * time.Millisecond) // let the checkpointer run
+		}
+	}
+	if worst > 500*time.Millisecond {
+		t.Errorf("a submission waited %v behind a reader", worst)
+	}
+	if s.ckpt.runs.Load() == 0 {
+		t.Error("no checkpoint ran: the test proved nothing")
+	}
+	if n := s.ckpt.restartTries.Load(); n != 0 {
+		t.Errorf("%d RESTART checkpoints tried behind a reader that needs the WAL", n)
+	}
+}
+
+// A checkpoint that fails is tried again at the next interval, even with
+// nothing committed meanwhile.
+func TestCheckpointerRetriesAFailure(t *testing.T) {
+	t.Parallel()
+	s, err := Open(context.Background(), Config{Path: filepath.Join(t.TempDir(), "c.db"), CheckpointInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.ckpt.wrote.Store(false)
+	broken := &checkpointer{db: s.ckpt.db, store: s, restartPages: 1}
+	if err := broken.db.Close(); err != nil { // Close closes it again: harmless
+		t.Fatal(err)
+	}
+	broken.checkpoint(context.Background())
+	if !broken.wrote.Load() {
+		t.Error("a failed checkpoint was not left for the next interval")
+	}
+	if broken.runs.Load() != 0 {
+		t.Error("a failed checkpoint counted as run")
+	}
+}
+
+// Close stops the checkpointer: no goroutine goes on querying closed pools.
+func TestCloseStopsCheckpointer(t *testing.T) {
+	t.Parallel()
+	s, err := Open(context.Background(), Config{Path: filepath.Join(t.TempDir(), "c.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.ckpt.svc.Started() {
+		t.Fatal("Open did not start the checkpointer")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s.ckpt.svc.Started() {
+		t.Error("the checkpointer runs after Close")
 	}
 }

@@ -168,8 +168,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.read = read
 	// The checkpointer's connection writes the database file; its own
 	// commits (none) would checkpoint as SQLite does by default.
+	// Its busy timeout bounds how long a RESTART checkpoint, which holds
+	// the write lock while it waits for readers, stalls the writer.
 	cq := url.Values{}
-	cq.Set("_busy_timeout", strconv.FormatInt(cfg.BusyTimeout.Milliseconds(), 10))
+	cq.Set("_busy_timeout", strconv.FormatInt(min(cfg.BusyTimeout, ckptBusyTimeout).Milliseconds(), 10))
 	ckdb, err := sql.Open("sqlite3", "file:"+uriPath(abs)+"?"+cq.Encode())
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("sqlite: open checkpointer: %w", err), read.Close(), write.Close())
@@ -183,7 +185,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, errors.Join(err, ckdb.Close(), read.Close(), write.Close())
 	}
 	if err := s.group.Start(context.WithoutCancel(ctx)); err != nil {
-		return nil, errors.Join(err, s.ckpt.svc.Stop(context.Background()), ckdb.Close(), read.Close(), write.Close())
+		return nil, errors.Join(err, s.ckpt.svc.Stop(context.WithoutCancel(ctx)), ckdb.Close(), read.Close(), write.Close())
 	}
 	return s, nil
 }
@@ -298,11 +300,20 @@ func (s *Store) inTx(ctx context.Context, fn func(*wtx) error) error {
 		_ = tx.Rollback()
 		return err
 	}
+	if err := s.commit(tx); err != nil {
+		return err
+	}
+	s.wake.announce(w.visible)
+	return nil
+}
+
+// commit commits a write transaction and tells the checkpointer the WAL
+// has grown.
+func (s *Store) commit(tx *sql.Tx) error {
 	if err := tx.Commit(); err != nil {
 		return translate(err)
 	}
 	s.ckpt.committed()
-	s.wake.announce(w.visible)
 	return nil
 }
 

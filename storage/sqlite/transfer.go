@@ -193,11 +193,7 @@ func (s *Store) ImportRows(ctx context.Context, p *pipeline.ImportParams) error 
 	if err := setSequences(ctx, tx, seqs); err != nil {
 		return err
 	}
-	if err := tx.Commit(); err != nil {
-		return translate(err)
-	}
-	s.ckpt.committed()
-	return nil
+	return s.commit(tx)
 }
 
 func importRows(ctx context.Context, tx *sql.Tx, next func() (string, []string, []any, error)) error {
