@@ -161,19 +161,8 @@ func (s *fastScan) object(st, elem reflect.Type, depth int) bool {
 		if !s.value(ft, depth+1) {
 			return false
 		}
-		s.ws()
-		if s.i >= len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-			s.ws()
-		case '}':
-			s.i++
-			return true
-		default:
-			return false
+		if more, ok := s.next('}'); !more {
+			return ok
 		}
 	}
 }
@@ -192,21 +181,30 @@ func (s *fastScan) array(elem reflect.Type, depth int) bool {
 		if !s.value(elem, depth+1) {
 			return false
 		}
-		s.ws()
-		if s.i >= len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-			s.ws()
-		case ']':
-			s.i++
-			return true
-		default:
-			return false
+		if more, ok := s.next(']'); !more {
+			return ok
 		}
 	}
+}
+
+// next reads what follows a member or an element: a comma (more follows)
+// or the closing bracket (ok, the container is done); anything else is
+// neither.
+func (s *fastScan) next(closing byte) (more, ok bool) {
+	s.ws()
+	if s.i >= len(s.b) {
+		return false, false
+	}
+	switch s.b[s.i] {
+	case ',':
+		s.i++
+		s.ws()
+		return true, true
+	case closing:
+		s.i++
+		return false, true
+	}
+	return false, false
 }
 
 // str reads a string. start and end bound its content when it holds no
