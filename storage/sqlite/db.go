@@ -55,8 +55,8 @@ type Config struct {
 	// (checkpoint.go). Default 250 ms.
 	CheckpointInterval time.Duration
 	// CheckpointRestartPages is the WAL length, in pages, past which a
-	// checkpoint waits for readers so the WAL can start over. Default
-	// 10,000 (about 40 MiB).
+	// RESTART checkpoint lets the WAL start over, when no reader still
+	// needs it (checkpoint.go). Default 10,000 (about 40 MiB).
 	CheckpointRestartPages int
 	Clock                  pipeline.Clock
 	Logger                 *slog.Logger
