@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"edgepipe/internal/burndown"
+	"edgepipe/internal/cmalloc"
 )
 
 // BenchmarkCeiling has the shape of storage/sqlite's BenchmarkBurnDown:
@@ -16,6 +17,9 @@ import (
 //
 //	go test ./bench/sqliteceiling -run '^$' -bench Ceiling -benchtime 20000x
 func BenchmarkCeiling(b *testing.B) {
+	// The C allocator as the edgepipe program sets it (internal/cmalloc);
+	// make bench tunes both sides alike.
+	cmalloc.Tune()
 	ctx := context.Background()
 	q, err := Open(ctx, filepath.Join(b.TempDir(), "ceiling.db"))
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"edgepipe/internal/app"
+	"edgepipe/internal/cmalloc"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -52,6 +53,9 @@ func main() {
 }
 
 func run(args []string) int {
+	// SQLite runs on the C allocator: keep its freed memory instead of
+	// handing it back to the kernel after every transaction (package doc).
+	cmalloc.Tune()
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(os.Stdout)
 		if len(args) == 0 {

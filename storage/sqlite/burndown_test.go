@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"edgepipe/internal/burndown"
+	"edgepipe/internal/cmalloc"
 	"edgepipe/pipeline"
 )
 
@@ -19,6 +20,9 @@ import (
 //
 //	go test ./storage/sqlite -run '^$' -bench BurnDown -benchtime 20000x
 func BenchmarkBurnDown(b *testing.B) {
+	// The C allocator as the edgepipe program sets it (internal/cmalloc);
+	// make bench tunes both sides alike.
+	cmalloc.Tune()
 	for _, workers := range []int{100} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) { burnDown(b, workers) })
 	}

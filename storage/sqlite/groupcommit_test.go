@@ -159,6 +159,70 @@ func TestCommitGroupAnswersEachRequest(t *testing.T) {
 	if !errors.Is(res[0].Err, errJobKeyHeld) || !res[1].Created || !res[2].Created {
 		t.Errorf("a job-key clash next to a dead-lettered job: %+v", res)
 	}
+
+	// Two requests for one job key: the first reuses a stored idempotency
+	// key with another request and is refused, the second is new. The row
+	// inserted is the second's, though both carry the job key.
+	reused := withInstance(newJob("v1-x"), "x")
+	reused.IdempotencyKey = "key-v1-old"
+	res = commitOne(t, s, []groupcommit.Request{{Job: reused}, {Job: withInstance(newJob("v1-x"), "x")}})
+	if !errors.Is(res[0].Err, pipeline.ErrIdempotencyReused) || res[0].Created || !res[1].Created || res[1].Err != nil || res[1].Job.IdempotencyKey != "key-v1-x" {
+		t.Errorf("one job key, the first request refused: %+v", res)
+	}
+}
+
+// TestCommitGroupAcrossChunks: a group larger than one multi-row
+// statement (createJobsTx writes chunks of up to insertChunk rows) answers
+// replays of jobs from an earlier chunk and stores exactly one created
+// event and one message for each new job.
+func TestCommitGroupAcrossChunks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, "", pipeline.NewManualClock(t0))
+	const fresh, replays = insertChunk + 45, 40
+	var reqs []groupcommit.Request
+	for i := range fresh {
+		reqs = append(reqs, groupcommit.Request{Job: withInstance(newJob(fmt.Sprintf("v1-c%03d", i)), fmt.Sprintf("c%03d", i))})
+	}
+	for i := range replays {
+		reqs = append(reqs, groupcommit.Request{Job: reqs[i*7].Job})
+	}
+	res := commitOne(t, s, reqs)
+	for i, r := range res {
+		want := fmt.Sprintf("v1-c%03d", i)
+		if i >= fresh {
+			want = fmt.Sprintf("v1-c%03d", (i-fresh)*7)
+		}
+		if r.Err != nil || r.Created != (i < fresh) || r.Job.ID != want {
+			t.Errorf("request %d: created %v job %q err %v; want created %v job %q", i, r.Created, r.Job.ID, r.Err, i < fresh, want)
+		}
+	}
+	var events, messages, jobs int
+	if err := s.read.QueryRow(`SELECT (SELECT count(DISTINCT job_id) FROM job_events WHERE kind = 'created'),
+		(SELECT count(*) FROM job_events), (SELECT count(DISTINCT job_id) FROM queue_messages)`).Scan(&jobs, &events, &messages); err != nil {
+		t.Fatal(err)
+	}
+	if jobs != fresh || events != fresh || messages != fresh {
+		t.Errorf("%d jobs with a created event, %d events, %d messages; want %d of each", jobs, events, messages, fresh)
+	}
+	if total, visible, err := s.QueueDepth(ctx, "render-v1"); err != nil || total != fresh || visible != fresh {
+		t.Errorf("queue depth %d/%d (%v), want %d visible", total, visible, err, fresh)
+	}
+}
+
+func TestChunks(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		n    int
+		want []int
+	}{
+		{0, nil}, {1, []int{1}}, {3, []int{2, 1}}, {insertChunk, []int{insertChunk}},
+		{insertChunk + 45, []int{insertChunk, 32, 8, 4, 1}}, {2*insertChunk + 1, []int{insertChunk, insertChunk, 1}},
+	} {
+		if got := chunks(tc.n); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("chunks(%d) = %v, want %v", tc.n, got, tc.want)
+		}
+	}
 }
 
 func withInstance(nj pipeline.NewJob, instance string) pipeline.NewJob {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"edgepipe/pipeline"
 )
@@ -81,10 +82,13 @@ func (s *Store) CreateJobs(ctx context.Context, njs []pipeline.NewJob) error {
 		}
 	}
 	return s.inTx(ctx, func(tx *wtx) error {
-		now := s.now()
-		for _, nj := range njs {
-			if _, _, err := s.createJobTx(ctx, tx, now, nj, false); err != nil {
-				return fmt.Errorf("job %s: %w", nj.ID, err)
+		res, err := s.createJobsTx(ctx, tx, s.now(), njs, false)
+		if err != nil {
+			return err
+		}
+		for i, r := range res {
+			if r.err != nil {
+				return fmt.Errorf("job %s: %w", njs[i].ID, r.err)
 			}
 		}
 		return nil
@@ -101,67 +105,245 @@ func validateNewJob(nj pipeline.NewJob) error {
 	return nil
 }
 
-// createJobTx inserts one job; readBack returns the stored row (bulk inserts
-// skip that read).
-func (s *Store) createJobTx(ctx context.Context, tx *wtx, now int64, nj pipeline.NewJob, readBack bool) (job pipeline.Job, created bool, err error) {
-	if len(nj.Input) == 0 {
-		nj.Input = json.RawMessage("{}")
+// created is what createJobsTx says of one new job: the job (when read
+// back), whether this call created it, and a refusal of that job alone.
+type created struct {
+	job     pipeline.Job
+	created bool
+	err     error
+}
+
+// insertChunk is the largest number of rows one multi-row statement of
+// createJobsTx carries: a group is written in chunks of powers of two up
+// to it, so a handful of statement texts (and prepared statements) serve
+// every group size.
+const insertChunk = 256
+
+// chunks splits n into sizes of powers of two, largest first, none above
+// insertChunk: 300 → 256, 32, 8, 4.
+func chunks(n int) []int {
+	var out []int
+	for n > 0 {
+		k := insertChunk
+		for k > n {
+			k /= 2
+		}
+		out = append(out, k)
+		n -= k
 	}
-	status := pipeline.StatusPending
-	if nj.DeadLetterReason != "" {
-		status = pipeline.StatusDeadLettered
+	return out
+}
+
+// rowsSQL is head followed by k copies of the parenthesized row, comma
+// separated, and tail.
+func rowsSQL(head, row, tail string, k int) string {
+	var b strings.Builder
+	b.Grow(len(head) + k*(len(row)+1) + len(tail))
+	b.WriteString(head)
+	for i := range k {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(row)
 	}
-	// Insert first: without a conflict target every unique index of jobs
-	// arbitrates (the idempotency key, the tenant's instance id, the job
-	// key), so a new job — nearly every submission — costs one statement
-	// instead of two look-ups and an insert. Only a row not inserted is
-	// looked into, in the order the checks always had.
-	res, err := tx.ExecContext(ctx, `INSERT INTO jobs (id, instance_id, tenant, operation, idempotency_key, request_fingerprint,
+	b.WriteString(tail)
+	return b.String()
+}
+
+// The multi-row statements of createJobsTx, one text per chunk size.
+var (
+	insertJobsSQL     = map[int]string{}
+	insertCreatedSQL  = map[int]string{}
+	insertMessagesSQL = map[int]string{}
+)
+
+func init() {
+	for k := 1; k <= insertChunk; k *= 2 {
+		// Without a conflict target every unique index of jobs arbitrates
+		// (the idempotency key, the tenant's instance id, the job key).
+		insertJobsSQL[k] = rowsSQL(`INSERT INTO jobs (id, instance_id, tenant, operation, idempotency_key, request_fingerprint,
 		input_json, workflow_version, queue, status, status_changed_at, created_at, updated_at, webhook_url,
-		last_error_class, last_error_code, last_error_message, requires_action, trace_parent)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
-		nj.ID, nj.InstanceID, nj.Tenant, nj.Operation, nj.IdempotencyKey, nj.RequestFingerprint, string(nj.Input),
-		nj.Version, nj.Queue, status, now, now, now, nj.WebhookURL,
-		pipeline.DeadLetterClass(nj.DeadLetterReason), nj.DeadLetterReason, pipeline.DeadLetterMessage(nj.DeadLetterReason), boolInt(nj.DeadLetterReason != ""),
-		nullString(nj.TraceParent))
-	if err != nil {
-		return job, false, err
+		last_error_class, last_error_code, last_error_message, requires_action, trace_parent) VALUES `,
+			`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, ` ON CONFLICT DO NOTHING RETURNING id, tenant, operation, idempotency_key`, k)
+		insertCreatedSQL[k] = rowsSQL(`INSERT INTO job_events (job_id, at, kind, from_status, to_status, attempt_id, detail_json) VALUES `,
+			`(?,?,'`+pipeline.EventCreated+`','','`+string(pipeline.StatusPending)+`','',?)`, ``, k)
+		insertMessagesSQL[k] = rowsSQL(`INSERT INTO queue_messages (queue, job_id, enqueued_at, visible_at) VALUES `,
+			`(?,?,?,?)`, ` ON CONFLICT (job_id) DO UPDATE SET queue = excluded.queue, visible_at = min(visible_at, excluded.visible_at)`, k)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return job, false, err
-	} else if n == 0 {
-		existing, err := s.notInserted(ctx, tx, nj)
-		return existing, false, err
+}
+
+// createJobsTx inserts new jobs — a commit group or a bulk submission —
+// with one multi-row statement per table and chunk instead of three
+// statements a job: the jobs, then the created events, then the queue
+// messages (a job dead-lettered at submission gets its status event, dead
+// letter and webhook one by one instead of a message; that is rare). A row
+// not inserted, which met a unique index, is looked into afterwards in
+// the order the checks always had (notInserted), so each job gets the
+// answer it would get alone: rows are inserted in njs's order, so a job
+// conflicts only with earlier ones, as if each were its own statement.
+// readBack returns the stored rows (bulk inserts skip building them).
+// A refusal (refusedAlone) is that job's; any other error fails them all.
+func (s *Store) createJobsTx(ctx context.Context, tx *wtx, now int64, njs []pipeline.NewJob, readBack bool) ([]created, error) {
+	out := make([]created, len(njs))
+	statuses := make([]pipeline.Status, len(njs))
+	inserted := make(map[rowKey]bool, len(njs))
+	args := make([]any, 0, 19*min(len(njs), insertChunk))
+	off := 0
+	for _, k := range chunks(len(njs)) {
+		args = args[:0]
+		for i := off; i < off+k; i++ {
+			nj := &njs[i]
+			if len(nj.Input) == 0 {
+				nj.Input = json.RawMessage("{}")
+			}
+			statuses[i] = pipeline.StatusPending
+			if nj.DeadLetterReason != "" {
+				statuses[i] = pipeline.StatusDeadLettered
+			}
+			args = append(args, nj.ID, nj.InstanceID, nj.Tenant, nj.Operation, nj.IdempotencyKey, nj.RequestFingerprint, string(nj.Input),
+				nj.Version, nj.Queue, string(statuses[i]), now, now, now, nj.WebhookURL,
+				pipeline.DeadLetterClass(nj.DeadLetterReason), nj.DeadLetterReason, pipeline.DeadLetterMessage(nj.DeadLetterReason), boolInt(nj.DeadLetterReason != ""),
+				nullString(nj.TraceParent))
+		}
+		rows, err := tx.QueryContext(ctx, insertJobsSQL[k], args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var r rowKey
+			if err := rows.Scan(&r.id, &r.tenant, &r.operation, &r.idempotencyKey); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			inserted[r] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		off += k
 	}
-	if _, err := appendEvent(ctx, tx, now, nj.ID, pipeline.EventCreated, "", pipeline.StatusPending, "", map[string]any{"version": nj.Version, "queue": nj.Queue}); err != nil {
-		return job, false, err
+	// Which request a row is: the first in order with its job key and
+	// idempotency key (a later one with the same met the unique indexes;
+	// one with the same job key alone may be the one inserted, when an
+	// earlier one met the idempotency index).
+	var made, deadLettered []int
+	for i := range njs {
+		if r := keyOf(njs[i]); inserted[r] {
+			delete(inserted, r)
+			out[i].created = true
+			made = append(made, i)
+			if njs[i].DeadLetterReason != "" {
+				deadLettered = append(deadLettered, i)
+			}
+			continue
+		}
+		existing, err := s.notInserted(ctx, tx, njs[i])
+		if err != nil && !refusedAlone(err) {
+			return nil, err
+		}
+		out[i] = created{job: existing, err: err}
 	}
-	if nj.DeadLetterReason != "" {
+	if err := insertCreated(ctx, tx, now, njs, made); err != nil {
+		return nil, err
+	}
+	for _, i := range deadLettered {
+		nj := njs[i]
 		evID, err := appendEvent(ctx, tx, now, nj.ID, pipeline.EventStatus, pipeline.StatusPending, pipeline.StatusDeadLettered, "",
 			map[string]any{"reason": nj.DeadLetterReason})
 		if err != nil {
-			return job, false, err
+			return nil, err
 		}
 		if _, err := insertDeadLetter(ctx, tx, now, nj.ID, nj.DeadLetterQueue, nj.DeadLetterReason, nj.DeadLetterDetail); err != nil {
-			return job, false, err
+			return nil, err
 		}
 		if err := enqueueWebhook(ctx, tx, now, webhookJob{nj.ID, nj.InstanceID, nj.WebhookURL}, evID, pipeline.StatusDeadLettered); err != nil {
-			return job, false, err
+			return nil, err
 		}
-	} else if err := enqueue(ctx, tx, now, nj.Queue, nj.ID, now); err != nil {
-		return job, false, err
+	}
+	if err := insertMessages(ctx, tx, now, njs, made); err != nil {
+		return nil, err
 	}
 	if !readBack {
-		return job, true, nil
+		return out, nil
 	}
-	// The row is exactly what was just inserted; build it instead of
-	// reading it back (this runs once per submission, inside the commit).
+	// The rows are exactly what was just inserted; build them instead of
+	// reading them back (this runs inside the commit).
 	t := fromMS(now)
-	job = pipeline.Job{ID: nj.ID, InstanceID: nj.InstanceID, Tenant: nj.Tenant, Operation: nj.Operation, IdempotencyKey: nj.IdempotencyKey,
-		RequestFingerprint: nj.RequestFingerprint, Input: nj.Input, Version: nj.Version, Queue: nj.Queue, Status: status,
-		StatusChangedAt: t, CreatedAt: t, UpdatedAt: t, WebhookURL: nj.WebhookURL, TraceParent: nj.TraceParent,
-		LastErrorClass: pipeline.ErrorClass(pipeline.DeadLetterClass(nj.DeadLetterReason)), LastErrorCode: nj.DeadLetterReason, LastErrorMessage: pipeline.DeadLetterMessage(nj.DeadLetterReason), RequiresAction: nj.DeadLetterReason != ""}
-	return job, true, nil
+	for _, i := range made {
+		nj := njs[i]
+		out[i].job = pipeline.Job{ID: nj.ID, InstanceID: nj.InstanceID, Tenant: nj.Tenant, Operation: nj.Operation, IdempotencyKey: nj.IdempotencyKey,
+			RequestFingerprint: nj.RequestFingerprint, Input: nj.Input, Version: nj.Version, Queue: nj.Queue, Status: statuses[i],
+			StatusChangedAt: t, CreatedAt: t, UpdatedAt: t, WebhookURL: nj.WebhookURL, TraceParent: nj.TraceParent,
+			LastErrorClass: pipeline.ErrorClass(pipeline.DeadLetterClass(nj.DeadLetterReason)), LastErrorCode: nj.DeadLetterReason, LastErrorMessage: pipeline.DeadLetterMessage(nj.DeadLetterReason), RequiresAction: nj.DeadLetterReason != ""}
+	}
+	return out, nil
+}
+
+// rowKey tells the rows of one multi-row insert apart: no two inserted
+// rows share a job id or an idempotency key.
+type rowKey struct{ id, tenant, operation, idempotencyKey string }
+
+func keyOf(nj pipeline.NewJob) rowKey {
+	return rowKey{nj.ID, nj.Tenant, nj.Operation, nj.IdempotencyKey}
+}
+
+// insertCreated appends the created event of each job njs[i], i in idx,
+// in chunks; the detail is appendEvent's for the same event.
+func insertCreated(ctx context.Context, tx *wtx, now int64, njs []pipeline.NewJob, idx []int) error {
+	args := make([]any, 0, 3*min(len(idx), insertChunk))
+	off := 0
+	for _, k := range chunks(len(idx)) {
+		args = args[:0]
+		for _, i := range idx[off : off+k] {
+			args = append(args, njs[i].ID, now, createdDetail(njs[i]))
+		}
+		if _, err := tx.ExecContext(ctx, insertCreatedSQL[k], args...); err != nil {
+			return err
+		}
+		off += k
+	}
+	return nil
+}
+
+// createdDetail is the detail of a job's created event: its version and
+// queue, as JSON with sorted keys.
+func createdDetail(nj pipeline.NewJob) string {
+	b, err := json.Marshal(struct {
+		Queue   string `json:"queue"`
+		Version string `json:"version"`
+	}{nj.Queue, nj.Version})
+	if err != nil { // two strings always marshal
+		panic(err)
+	}
+	return string(b)
+}
+
+// insertMessages puts each job njs[i], i in idx, that has a queue (not
+// dead-lettered) on it, visible now, in chunks, as enqueue does one by one.
+func insertMessages(ctx context.Context, tx *wtx, now int64, njs []pipeline.NewJob, idx []int) error {
+	queued := make([]int, 0, len(idx))
+	for _, i := range idx {
+		if njs[i].DeadLetterReason == "" {
+			queued = append(queued, i)
+		}
+	}
+	args := make([]any, 0, 4*min(len(queued), insertChunk))
+	off := 0
+	for _, k := range chunks(len(queued)) {
+		args = args[:0]
+		for _, i := range queued[off : off+k] {
+			args = append(args, njs[i].Queue, njs[i].ID, now, now)
+		}
+		if _, err := tx.ExecContext(ctx, insertMessagesSQL[k], args...); err != nil {
+			return err
+		}
+		off += k
+	}
+	for _, i := range queued {
+		tx.madeVisible(njs[i].Queue)
+	}
+	return nil
 }
 
 // notInserted says why nj's row was not inserted (ON CONFLICT DO NOTHING):
