@@ -207,6 +207,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 			s.log.Info("postgres: applied migration", "version", m.Version, "name", m.Name)
 		}
 	}
+	if err := analyzeUnplanned(ctx, conn.Conn()); err != nil {
+		s.log.Warn("postgres: analyze of the queue tables failed; plans stay without statistics until autovacuum", "err", err)
+	}
 	var maxV int
 	if err := conn.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&maxV); err != nil {
 		return fmt.Errorf("postgres: read schema version: %w", translate(err))
@@ -409,4 +412,34 @@ func translate(err error) error {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
+}
+
+// analyzeUnplanned runs ANALYZE on the queue's hot tables that hold rows
+// but have never been analyzed or vacuumed (pg_class.reltuples < 0): a
+// database loaded since it was created (a restore, a burst of submissions
+// before the first worker) has no planner statistics until autovacuum's
+// next visit (autovacuum_naptime, a minute by default). Without them the
+// cached generic plan of the claim joins its batch to jobs by a nested
+// loop whose index scan repeats the whole id array per row (quadratic in
+// the batch) and reads by bitmap scans where an index scan serves. It runs
+// under the migration lock, so processes starting together analyze once;
+// a table analyzed before, or empty, is left to autovacuum, so in a
+// database in service this is one catalog read.
+func analyzeUnplanned(ctx context.Context, conn *pgx.Conn) error {
+	rows, err := conn.Query(ctx, `SELECT c.relname FROM pg_class c
+		WHERE c.oid IN ('jobs'::regclass, 'queue_messages'::regclass, 'job_events'::regclass)
+		  AND c.reltuples < 0 AND pg_relation_size(c.oid) > 0`)
+	if err != nil {
+		return err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if _, err := conn.Exec(ctx, `ANALYZE `+pgx.Identifier{n}.Sanitize()); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -291,3 +291,58 @@ func TestDatabaseClock(t *testing.T) {
 		t.Fatalf("after measuring, the clock is %s off the server's", d)
 	}
 }
+
+// A store opened on a database whose queue tables hold rows but were never
+// analyzed (a restore, an import, submissions before the first worker)
+// gives them planner statistics at once; empty tables are left to
+// autovacuum, and tables analyzed before are not analyzed again.
+func TestOpenAnalyzesLoadedTables(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := newDatabase(t)
+	raw := rawPostgres(t, url)
+	reltuples := func() map[string]float64 {
+		t.Helper()
+		out := map[string]float64{}
+		for _, table := range []string{"jobs", "queue_messages", "job_events", "units"} {
+			var r float64
+			if err := raw.QueryRow(ctx, `SELECT reltuples::float8 FROM pg_class WHERE oid = ?::regclass`, table).Scan(&r); err != nil {
+				t.Fatal(err)
+			}
+			out[table] = r
+		}
+		return out
+	}
+	s := openTest(t, url, nil)
+	if got := reltuples(); got["jobs"] >= 0 || got["queue_messages"] >= 0 || got["job_events"] >= 0 {
+		t.Fatalf("empty tables analyzed on open: %v", got)
+	}
+	var batch []pipeline.NewJob
+	for i := range 30 {
+		batch = append(batch, newJob(fmt.Sprintf("v1-an%02d", i)))
+	}
+	if err := s.CreateJobs(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if got := reltuples(); got["jobs"] >= 0 {
+		t.Fatalf("statistics before a second open: %v", got)
+	}
+	openTest(t, url, nil)
+	got := reltuples()
+	for _, table := range []string{"jobs", "queue_messages", "job_events"} {
+		if got[table] != 30 {
+			t.Errorf("%s: reltuples %v after an open, want 30 (analyzed)", table, got[table])
+		}
+	}
+	if got["units"] >= 0 {
+		t.Errorf("units analyzed: %v (not a queue table, and empty)", got["units"])
+	}
+	// Analyzed once: more rows do not make the next open analyze again.
+	if err := s.CreateJobs(ctx, []pipeline.NewJob{newJob("v1-an99")}); err != nil {
+		t.Fatal(err)
+	}
+	openTest(t, url, nil)
+	if again := reltuples(); again["jobs"] != 30 {
+		t.Errorf("jobs reltuples %v after a third open, want 30 (not analyzed again)", again["jobs"])
+	}
+}
