@@ -2,6 +2,7 @@ package sqliteceiling
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -19,7 +20,7 @@ import (
 func BenchmarkCeiling(b *testing.B) {
 	// The C allocator as the edgepipe program sets it (internal/cmalloc);
 	// make bench tunes both sides alike.
-	cmalloc.Tune()
+	cmalloc.Tune(os.Getenv("GLIBC_TUNABLES"))
 	ctx := context.Background()
 	q, err := Open(ctx, filepath.Join(b.TempDir(), "ceiling.db"))
 	if err != nil {

@@ -11,18 +11,17 @@
 // more: the allocator reuses it for the next buffers.
 package cmalloc
 
-import "os"
-
 // DefaultTrimThreshold is the free memory a heap keeps before the rest
 // goes back to the kernel.
 const DefaultTrimThreshold = 32 << 20
 
 // Tune sets the C allocator's trim threshold to DefaultTrimThreshold,
-// unless GLIBC_TUNABLES already sets one (the operator's word wins). It
-// reports whether it changed anything; it does nothing where the
-// allocator is not glibc's or cgo is off.
-func Tune() bool {
-	if tunablesSetTrim(os.Getenv("GLIBC_TUNABLES")) {
+// unless glibcTunables — the process's GLIBC_TUNABLES, which the caller
+// reads (this package reads no environment) — already sets one: the
+// operator's word wins. It reports whether it changed anything; it does
+// nothing where the allocator is not glibc's or cgo is off.
+func Tune(glibcTunables string) bool {
+	if tunablesSetTrim(glibcTunables) {
 		return false
 	}
 	return setTrimThreshold(DefaultTrimThreshold)

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -22,7 +23,7 @@ import (
 func BenchmarkBurnDown(b *testing.B) {
 	// The C allocator as the edgepipe program sets it (internal/cmalloc);
 	// make bench tunes both sides alike.
-	cmalloc.Tune()
+	cmalloc.Tune(os.Getenv("GLIBC_TUNABLES"))
 	for _, workers := range []int{100} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) { burnDown(b, workers) })
 	}
