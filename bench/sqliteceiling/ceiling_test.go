@@ -20,7 +20,7 @@ import (
 func BenchmarkCeiling(b *testing.B) {
 	// The C allocator as the edgepipe program sets it (internal/cmalloc);
 	// make bench tunes both sides alike.
-	cmalloc.Tune(os.Getenv("GLIBC_TUNABLES"))
+	cmalloc.Tune(os.Getenv("GLIBC_TUNABLES"), os.Getenv("MALLOC_TRIM_THRESHOLD_"))
 	ctx := context.Background()
 	q, err := Open(ctx, filepath.Join(b.TempDir(), "ceiling.db"))
 	if err != nil {

@@ -55,7 +55,7 @@ func main() {
 func run(args []string) int {
 	// SQLite runs on the C allocator: keep its freed memory instead of
 	// handing it back to the kernel after every transaction (package doc).
-	cmalloc.Tune(os.Getenv("GLIBC_TUNABLES"))
+	cmalloc.Tune(os.Getenv("GLIBC_TUNABLES"), os.Getenv("MALLOC_TRIM_THRESHOLD_"))
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(os.Stdout)
 		if len(args) == 0 {

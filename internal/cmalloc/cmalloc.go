@@ -6,9 +6,14 @@
 // with madvise or brk, and takes it back with page faults on the next
 // allocation. Each return is a TLB flush on every CPU the process runs
 // on: on a virtual machine an inter-processor interrupt per CPU, which
-// perf measured at 10–12% of the CPU of a SQLite burn-down here. Keeping
-// freed memory up to a few MiB per heap costs that much memory and no
-// more: the allocator reuses it for the next buffers.
+// perf measured at 10–12% of the CPU of a SQLite burn-down here. A heap
+// (glibc keeps one per arena, at most eight per core) now keeps up to
+// DefaultTrimThreshold free for the next buffers — in practice what
+// SQLite's page caches cycle through, a few MiB, far less than the bound.
+// Setting the threshold also fixes glibc's mmap threshold at 128 KiB
+// (it no longer adapts), so blocks that large are mapped and unmapped
+// each time; SQLite's buffers are pages, well below it, and the net was
+// measured (README, session 17).
 package cmalloc
 
 // DefaultTrimThreshold is the free memory a heap keeps before the rest
@@ -16,12 +21,13 @@ package cmalloc
 const DefaultTrimThreshold = 32 << 20
 
 // Tune sets the C allocator's trim threshold to DefaultTrimThreshold,
-// unless glibcTunables — the process's GLIBC_TUNABLES, which the caller
-// reads (this package reads no environment) — already sets one: the
-// operator's word wins. It reports whether it changed anything; it does
-// nothing where the allocator is not glibc's or cgo is off.
-func Tune(glibcTunables string) bool {
-	if tunablesSetTrim(glibcTunables) {
+// unless the operator set one — glibcTunables is the process's
+// GLIBC_TUNABLES and legacyTrim its MALLOC_TRIM_THRESHOLD_, both read by
+// the caller (this package reads no environment). It reports whether it
+// changed anything; it does nothing where the allocator is not glibc's or
+// cgo is off.
+func Tune(glibcTunables, legacyTrim string) bool {
+	if tunablesSetTrim(glibcTunables) || legacyTrim != "" {
 		return false
 	}
 	return setTrimThreshold(DefaultTrimThreshold)

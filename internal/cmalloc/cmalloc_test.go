@@ -26,14 +26,17 @@ func TestTunablesSetTrim(t *testing.T) {
 
 func TestTuneLeavesTheOperatorsSetting(t *testing.T) {
 	t.Parallel()
-	if Tune("glibc.malloc.trim_threshold=4096") {
+	if Tune("glibc.malloc.trim_threshold=4096", "") {
 		t.Fatal("Tune changed the trim threshold that GLIBC_TUNABLES sets")
+	}
+	if Tune("", "4096") {
+		t.Fatal("Tune changed the trim threshold that MALLOC_TRIM_THRESHOLD_ sets")
 	}
 }
 
 func TestTuneSetsTheThreshold(t *testing.T) {
 	t.Parallel()
-	if got, want := Tune(""), glibc(); got != want {
+	if got, want := Tune("", ""), glibc(); got != want {
 		t.Fatalf("Tune() = %v on a C library where glibc() = %v", got, want)
 	}
 	if runtime.GOOS == "linux" && !glibc() {

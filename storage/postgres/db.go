@@ -424,7 +424,9 @@ func translate(err error) error {
 // the batch) and reads by bitmap scans where an index scan serves. It runs
 // under the migration lock, so processes starting together analyze once;
 // a table analyzed before, or empty, is left to autovacuum, so in a
-// database in service this is one catalog read.
+// database in service this is one catalog read. (PostgreSQL 14 and later
+// mark a table never analyzed with reltuples -1; on older servers this
+// finds nothing and autovacuum does it, as before.)
 func analyzeUnplanned(ctx context.Context, conn *pgx.Conn) error {
 	rows, err := conn.Query(ctx, `SELECT c.relname FROM pg_class c
 		WHERE c.oid IN ('jobs'::regclass, 'queue_messages'::regclass, 'job_events'::regclass)
@@ -436,10 +438,25 @@ func analyzeUnplanned(ctx context.Context, conn *pgx.Conn) error {
 	if err != nil {
 		return err
 	}
-	for _, n := range names {
-		if _, err := conn.Exec(ctx, `ANALYZE `+pgx.Identifier{n}.Sanitize()); err != nil {
+	if len(names) == 0 {
+		return nil
+	}
+	// Best effort, so bounded: a manual VACUUM or CREATE INDEX
+	// CONCURRENTLY holding the table must not keep Open (and every process
+	// behind the migration lock) waiting; ANALYZE samples, so its own time
+	// is short whatever the table's size.
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '2s'`); err != nil {
 			return err
 		}
-	}
-	return nil
+		if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = '30s'`); err != nil {
+			return err
+		}
+		for _, n := range names {
+			if _, err := tx.Exec(ctx, `ANALYZE `+pgx.Identifier{n}.Sanitize()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }

@@ -327,6 +327,36 @@ func TestOpenAnalyzesLoadedTables(t *testing.T) {
 	if got := reltuples(); got["jobs"] >= 0 {
 		t.Fatalf("statistics before a second open: %v", got)
 	}
+	// A table held by a manual VACUUM or CREATE INDEX CONCURRENTLY (SHARE
+	// UPDATE EXCLUSIVE): Open gives up on the ANALYZE after its lock
+	// timeout and opens; the statistics wait for the next Open.
+	holder, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	htx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := htx.Exec(ctx, `LOCK TABLE jobs IN SHARE UPDATE EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	blocked, err := Open(ctx, Config{URL: url})
+	if err != nil {
+		t.Fatalf("Open with the jobs table held: %v", err)
+	}
+	blocked.Close()
+	if waited := time.Since(start); waited > 10*time.Second {
+		t.Errorf("Open waited %v for a table another session holds", waited)
+	}
+	if got := reltuples(); got["jobs"] >= 0 {
+		t.Errorf("jobs analyzed while held: %v", got)
+	}
+	if err := htx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
 	openTest(t, url, nil)
 	got := reltuples()
 	for _, table := range []string{"jobs", "queue_messages", "job_events"} {

@@ -23,7 +23,7 @@ import (
 func BenchmarkBurnDown(b *testing.B) {
 	// The C allocator as the edgepipe program sets it (internal/cmalloc);
 	// make bench tunes both sides alike.
-	cmalloc.Tune(os.Getenv("GLIBC_TUNABLES"))
+	cmalloc.Tune(os.Getenv("GLIBC_TUNABLES"), os.Getenv("MALLOC_TRIM_THRESHOLD_"))
 	for _, workers := range []int{100} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) { burnDown(b, workers) })
 	}

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -228,4 +231,201 @@ func TestChunks(t *testing.T) {
 func withInstance(nj pipeline.NewJob, instance string) pipeline.NewJob {
 	nj.InstanceID = instance
 	return nj
+}
+
+// TestCommitGroupLaterRowIsNoReason: a request refused by a stored
+// job must get that refusal, not an answer made of a row a later request of
+// the same group inserted: notInserted runs after the whole group is
+// inserted, and sees rows that did not exist at the refused row's turn.
+func TestCommitGroupLaterRowIsNoReason(t *testing.T) {
+	t.Parallel()
+	s := openTest(t, "", pipeline.NewManualClock(t0))
+	api := func(inst, key, fp string) pipeline.NewJob {
+		nj := newJob(pipeline.JobKey("acme", inst))
+		nj.InstanceID, nj.IdempotencyKey, nj.RequestFingerprint = inst, key, fp
+		return nj
+	}
+	// Reachable through the API: the caller pins instance_id "x" (taken) under
+	// key k1, and another request pins "y" under the same key (another body).
+	commitOne(t, s, []groupcommit.Request{{Job: api("x", "k0", "fp0")}})
+	res := commitOne(t, s, []groupcommit.Request{{Job: api("x", "k1", "fpA")}, {Job: api("y", "k1", "fpB")}})
+	if !errors.Is(res[0].Err, pipeline.ErrAlreadyExists) || !res[1].Created {
+		t.Errorf("pinned taken instance, then same key: got %v / created=%v; alone: ErrAlreadyExists / created", res[0].Err, res[1].Created)
+	}
+
+	// Store level (CreateJobs, caller-chosen job keys): two requests with one
+	// job key, one idempotency key and fingerprint, different instance ids;
+	// the first's instance id is taken. Alone: the first is refused, the
+	// second created.
+	commitOne(t, s, []groupcommit.Request{{Job: withInstance(newJob("v1-s"), "i1")}})
+	a := withInstance(newJob("v1-x"), "i1")
+	b := withInstance(newJob("v1-x"), "i2")
+	res = commitOne(t, s, []groupcommit.Request{{Job: a}, {Job: b}})
+	if !errors.Is(res[0].Err, pipeline.ErrAlreadyExists) || res[0].Created || !res[1].Created {
+		t.Errorf("one job key, first instance taken: got [created=%v inst=%q err=%v] [created=%v err=%v]; alone: ErrAlreadyExists, created",
+			res[0].Created, res[0].Job.InstanceID, res[0].Err, res[1].Created, res[1].Err)
+	}
+}
+
+// TestCommitGroupMatchesAlone: random groups whose requests collide
+// on idempotency keys, instance ids and job keys, within the group and with
+// stored jobs, are committed as one group on store g and one request per
+// group, in order, on store a. Every answer (created, job, error text) and
+// every stored row of the iteration's tenants must agree.
+//
+// A third of the job keys are chosen by the caller (CreateJobs, the
+// conformance suite), the rest are the API's JobKey(tenant, instance). It
+// found that a refused request was answered from a row a later request of
+// its group inserted (notInserted's later).
+func TestCommitGroupMatchesAlone(t *testing.T) {
+	t.Parallel()
+	iters := 300
+	if testing.Short() {
+		iters = 60
+	}
+	rng := rand.New(rand.NewSource(1))
+	clock := pipeline.NewManualClock(t0)
+	g := openTest(t, "", clock)
+	a := openTest(t, "", clock)
+	failures := 0
+	for it := 0; it < iters && failures < 5; it++ {
+		p := fmt.Sprintf("i%d-", it)
+		gen := func() pipeline.NewJob {
+			tenant := p + "t" + strconv.Itoa(rng.Intn(2))
+			inst := "n" + strconv.Itoa(rng.Intn(4))
+			id := pipeline.JobKey(tenant, inst)
+			if rng.Intn(3) == 0 {
+				id = p + "id" + strconv.Itoa(rng.Intn(4)) // a caller-chosen job key
+			}
+			nj := pipeline.NewJob{
+				ID: id, InstanceID: inst, Tenant: tenant, Operation: "render_video",
+				IdempotencyKey:     "k" + strconv.Itoa(rng.Intn(4)),
+				RequestFingerprint: "f" + strconv.Itoa(rng.Intn(2)),
+				Input:              json.RawMessage(`{"n":` + strconv.Itoa(rng.Intn(3)) + `}`),
+				Version:            "v1", Queue: "render-v1",
+			}
+			if rng.Intn(4) == 0 {
+				nj.Input = nil
+			}
+			if rng.Intn(5) == 0 {
+				nj.Queue, nj.DeadLetterReason, nj.DeadLetterQueue = "", pipeline.ReasonUnboundVersion, "render-v1"
+				nj.WebhookURL = "https://example.test/h"
+			}
+			return nj
+		}
+		// Stored jobs first, the same on both stores.
+		for range rng.Intn(3) {
+			nj := gen()
+			rg := commitOne(t, g, []groupcommit.Request{{Job: nj}})
+			ra := commitOne(t, a, []groupcommit.Request{{Job: nj}})
+			if !sameResp(rg[0], ra[0]) {
+				t.Fatalf("iteration %d: seeding disagrees: %+v vs %+v", it, rg[0], ra[0])
+			}
+		}
+		n := 1 + rng.Intn(8)
+		reqs := make([]groupcommit.Request, n)
+		for i := range reqs {
+			if i > 0 && rng.Intn(4) == 0 {
+				reqs[i].Job = reqs[rng.Intn(i)].Job // an exact repeat
+			} else {
+				reqs[i].Job = gen()
+			}
+		}
+		group := freshRequests(reqs)
+		got := commitOne(t, g, group)
+		want := make([]groupcommit.Response, n)
+		for i := range reqs {
+			want[i] = commitOne(t, a, freshRequests(reqs[i:i+1]))[0]
+		}
+		bad := false
+		for i := range reqs {
+			if !sameResp(got[i], want[i]) {
+				bad = true
+				t.Errorf("iteration %d request %d: group answered created=%v job=%q/%q err=%v; alone created=%v job=%q/%q err=%v",
+					it, i, got[i].Created, got[i].Job.ID, got[i].Job.InstanceID, got[i].Err, want[i].Created, want[i].Job.ID, want[i].Job.InstanceID, want[i].Err)
+			}
+		}
+		if dg, da := dumpRows(t, g, p), dumpRows(t, a, p); dg != da {
+			bad = true
+			t.Errorf("iteration %d: stored rows differ\ngroup:\n%s\nalone:\n%s", it, dg, da)
+		}
+		if bad {
+			failures++
+			for i, r := range reqs {
+				j := r.Job
+				t.Logf("  req %d: id=%s inst=%s tenant=%s key=%s fp=%s dl=%q", i, j.ID, j.InstanceID, j.Tenant, j.IdempotencyKey, j.RequestFingerprint, j.DeadLetterReason)
+			}
+		}
+	}
+}
+
+// freshRequests copies reqs' jobs into new requests (commitOne fills in
+// the rest).
+func freshRequests(reqs []groupcommit.Request) []groupcommit.Request {
+	out := make([]groupcommit.Request, len(reqs))
+	for i, r := range reqs {
+		out[i] = groupcommit.Request{Job: r.Job}
+	}
+	return out
+}
+
+func sameResp(x, y groupcommit.Response) bool {
+	if x.Created != y.Created || !reflect.DeepEqual(x.Job, y.Job) {
+		return false
+	}
+	if (x.Err == nil) != (y.Err == nil) {
+		return false
+	}
+	return x.Err == nil || x.Err.Error() == y.Err.Error()
+}
+
+// dumpRows renders every row of the jobs of tenants prefixed p, their
+// events (per job, in order; event ids left out), messages, dead letters
+// and webhooks.
+func dumpRows(t *testing.T, s *Store, p string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, q := range []string{
+		`SELECT ` + jobColumns + ` FROM jobs WHERE tenant LIKE ?1 || '%' ORDER BY id`,
+		`SELECT e.job_id, e.at, e.kind, e.from_status, e.to_status, e.attempt_id, e.detail_json FROM job_events e JOIN jobs j ON j.id = e.job_id
+			WHERE j.tenant LIKE ?1 || '%' ORDER BY e.job_id, e.id`,
+		`SELECT m.queue, m.job_id, m.enqueued_at, m.visible_at, m.delivery_count FROM queue_messages m JOIN jobs j ON j.id = m.job_id
+			WHERE j.tenant LIKE ?1 || '%' ORDER BY m.job_id`,
+		`SELECT d.job_id, d.queue, d.reason, d.detail, d.dead_lettered_at FROM dead_letters d JOIN jobs j ON j.id = d.job_id
+			WHERE j.tenant LIKE ?1 || '%' ORDER BY d.job_id, d.id`,
+		`SELECT w.job_id, e.kind, e.to_status, w.url, json_remove(w.payload_json, '$.event_id'), w.status, w.next_attempt_at
+			FROM webhook_outbox w JOIN job_events e ON e.id = w.event_id JOIN jobs j ON j.id = w.job_id
+			WHERE j.tenant LIKE ?1 || '%' ORDER BY w.job_id, w.id`,
+		// Nothing dangling anywhere in the store.
+		`SELECT 'event', job_id FROM job_events WHERE job_id NOT IN (SELECT id FROM jobs) AND ?1 = ?1
+			UNION ALL SELECT 'message', job_id FROM queue_messages WHERE job_id NOT IN (SELECT id FROM jobs)
+			UNION ALL SELECT 'nomessage', id FROM jobs WHERE status = 'pending' AND id NOT IN (SELECT job_id FROM queue_messages)
+			UNION ALL SELECT 'nocreated', id FROM jobs WHERE id NOT IN (SELECT job_id FROM job_events WHERE kind = 'created')`,
+	} {
+		rows, err := s.read.Query(q, p)
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		cols, _ := rows.Columns()
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range vals {
+				if bs, ok := v.([]byte); ok {
+					v = string(bs)
+				}
+				fmt.Fprintf(&b, "%v|", v)
+			}
+			b.WriteByte('\n')
+		}
+		rows.Close()
+		b.WriteString("--\n")
+	}
+	return b.String()
 }

@@ -164,7 +164,7 @@ func init() {
 		insertJobsSQL[k] = rowsSQL(`INSERT INTO jobs (id, instance_id, tenant, operation, idempotency_key, request_fingerprint,
 		input_json, workflow_version, queue, status, status_changed_at, created_at, updated_at, webhook_url,
 		last_error_class, last_error_code, last_error_message, requires_action, trace_parent) VALUES `,
-			`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, ` ON CONFLICT DO NOTHING RETURNING id, tenant, operation, idempotency_key`, k)
+			`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, ` ON CONFLICT DO NOTHING RETURNING id, tenant, operation, idempotency_key, instance_id`, k)
 		insertCreatedSQL[k] = rowsSQL(`INSERT INTO job_events (job_id, at, kind, from_status, to_status, attempt_id, detail_json) VALUES `,
 			`(?,?,'`+pipeline.EventCreated+`','','`+string(pipeline.StatusPending)+`','',?)`, ``, k)
 		insertMessagesSQL[k] = rowsSQL(`INSERT INTO queue_messages (queue, job_id, enqueued_at, visible_at) VALUES `,
@@ -211,7 +211,7 @@ func (s *Store) createJobsTx(ctx context.Context, tx *wtx, now int64, njs []pipe
 		}
 		for rows.Next() {
 			var r rowKey
-			if err := rows.Scan(&r.id, &r.tenant, &r.operation, &r.idempotencyKey); err != nil {
+			if err := rows.Scan(&r.id, &r.tenant, &r.operation, &r.idempotencyKey, &r.instanceID); err != nil {
 				rows.Close()
 				return nil, err
 			}
@@ -228,17 +228,26 @@ func (s *Store) createJobsTx(ctx context.Context, tx *wtx, now int64, njs []pipe
 	// one with the same job key alone may be the one inserted, when an
 	// earlier one met the idempotency index).
 	var made, deadLettered []int
+	madeAt := make(map[string]int, len(njs))
 	for i := range njs {
 		if r := keyOf(njs[i]); inserted[r] {
 			delete(inserted, r)
 			out[i].created = true
 			made = append(made, i)
+			madeAt[njs[i].ID] = i
 			if njs[i].DeadLetterReason != "" {
 				deadLettered = append(deadLettered, i)
 			}
+		}
+	}
+	for i := range njs {
+		if out[i].created {
 			continue
 		}
-		existing, err := s.notInserted(ctx, tx, njs[i])
+		// A row a later request of the group inserted was not there when
+		// this one's met a unique index: it is not the reason.
+		later := func(id string) bool { j, ok := madeAt[id]; return ok && j > i }
+		existing, err := s.notInserted(ctx, tx, njs[i], later)
 		if err != nil && !refusedAlone(err) {
 			return nil, err
 		}
@@ -282,10 +291,10 @@ func (s *Store) createJobsTx(ctx context.Context, tx *wtx, now int64, njs []pipe
 
 // rowKey tells the rows of one multi-row insert apart: no two inserted
 // rows share a job id or an idempotency key.
-type rowKey struct{ id, tenant, operation, idempotencyKey string }
+type rowKey struct{ id, tenant, operation, idempotencyKey, instanceID string }
 
 func keyOf(nj pipeline.NewJob) rowKey {
-	return rowKey{nj.ID, nj.Tenant, nj.Operation, nj.IdempotencyKey}
+	return rowKey{nj.ID, nj.Tenant, nj.Operation, nj.IdempotencyKey, nj.InstanceID}
 }
 
 // insertCreated appends the created event of each job njs[i], i in idx,
@@ -351,9 +360,16 @@ func insertMessages(ctx context.Context, tx *wtx, now int64, njs []pipeline.NewJ
 // replay) or another one (ErrIdempotencyReused) —, the tenant's instance id
 // is taken (ErrAlreadyExists), or its job key is held by another job
 // (errJobKeyHeld).
-func (s *Store) notInserted(ctx context.Context, tx *wtx, nj pipeline.NewJob) (pipeline.Job, error) {
+// later reports whether a job id was inserted by a later request of the
+// same multi-row insert: such a row did not exist at nj's turn, so it is
+// no reason (each unique index has one holder, so the holder found is
+// either the reason or a later row, and never hides an earlier one).
+func (s *Store) notInserted(ctx context.Context, tx *wtx, nj pipeline.NewJob, later func(id string) bool) (pipeline.Job, error) {
 	existing, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs
 		WHERE tenant = ? AND operation = ? AND idempotency_key = ?`, nj.Tenant, nj.Operation, nj.IdempotencyKey))
+	if err == nil && later(existing.ID) {
+		err = pipeline.ErrNotFound
+	}
 	switch {
 	case err == nil:
 		if existing.RequestFingerprint != nj.RequestFingerprint {
@@ -365,7 +381,10 @@ func (s *Store) notInserted(ctx context.Context, tx *wtx, nj pipeline.NewJob) (p
 	}
 	var taken string
 	err = tx.QueryRowContext(ctx, `SELECT id FROM jobs WHERE tenant = ? AND instance_id = ?`, nj.Tenant, nj.InstanceID).Scan(&taken)
-	switch err = translate(err); {
+	if err = translate(err); err == nil && later(taken) {
+		err = pipeline.ErrNotFound
+	}
+	switch {
 	case err == nil:
 		return pipeline.Job{}, fmt.Errorf("%w: instance id %s is taken", pipeline.ErrAlreadyExists, nj.InstanceID)
 	case !errors.Is(err, pipeline.ErrNotFound):
