@@ -119,6 +119,11 @@ func (s *Store) createGroupTx(tx pgx.Tx, live []groupcommit.Request, res []group
 		if err != nil {
 			return err
 		}
+		jobs := make([]pipeline.NewJob, len(queued))
+		for k, i := range queued {
+			jobs[k] = live[i].Job
+		}
+		later := laterInBatch(jobs, inserted)
 		for k, i := range queued {
 			if inserted[k] == 1 {
 				res[i] = groupcommit.Response{Job: builtJob(live[i].Job, now), Created: true}
@@ -128,7 +133,7 @@ func (s *Store) createGroupTx(tx pgx.Tx, live []groupcommit.Request, res []group
 			// the transaction goes on, and the request gets its own answer
 			// (a job key held by another job included: it is that
 			// request's, not the group's).
-			job, created, err := notInserted(ctx, tx, live[i].Job)
+			job, created, err := notInserted(ctx, tx, live[i].Job, later(k))
 			if err != nil && !refusedAlone(err) {
 				return err
 			}

@@ -86,3 +86,47 @@ func TestCommitGroupRefusalIsTheRequests(t *testing.T) {
 		}
 	}
 }
+
+// A request refused by a stored job gets that refusal, not an answer made
+// of a row a later request of the same group inserted: the caller pins a
+// taken instance id under key k1, and the next request pins a free one
+// under the same key with another body. Alone and in order: the first is
+// refused for its instance id (409), the second is created.
+func TestCommitGroupLaterRowIsNoReason(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, newDatabase(t), pipeline.NewManualClock(t0))
+	api := func(inst, key, fp string) pipeline.NewJob {
+		nj := newJob(pipeline.JobKey("acme", inst))
+		nj.InstanceID, nj.IdempotencyKey, nj.RequestFingerprint = inst, key, fp
+		return nj.WithDefaults()
+	}
+	if _, _, err := s.CreateJob(ctx, api("x", "k0", "fp0")); err != nil {
+		t.Fatal(err)
+	}
+	reqs := []groupcommit.Request{{Job: api("x", "k1", "fpA")}, {Job: api("y", "k1", "fpB")}}
+	for i := range reqs {
+		reqs[i].Ctx, reqs[i].Resp = ctx, make(chan groupcommit.Response, 1)
+	}
+	s.commitGroup(reqs)
+	res := []groupcommit.Response{<-reqs[0].Resp, <-reqs[1].Resp}
+	if !errors.Is(res[0].Err, pipeline.ErrAlreadyExists) || !res[1].Created {
+		t.Errorf("pinned taken instance, then the same key: %v / created=%v; want ErrAlreadyExists / created", res[0].Err, res[1].Created)
+	}
+
+	// Store level (a caller-chosen job key): the first request's job key
+	// is held by the stored job, the second takes the first's instance id.
+	// Alone: the first is a job-key clash (not ErrAlreadyExists), the
+	// second is created.
+	held := api("z", "k2", "fp2")
+	held.ID = pipeline.JobKey("acme", "x")
+	reqs = []groupcommit.Request{{Job: held}, {Job: api("z", "k3", "fp3")}}
+	for i := range reqs {
+		reqs[i].Ctx, reqs[i].Resp = ctx, make(chan groupcommit.Response, 1)
+	}
+	s.commitGroup(reqs)
+	res = []groupcommit.Response{<-reqs[0].Resp, <-reqs[1].Resp}
+	if !errors.Is(res[0].Err, ErrConstraint) || errors.Is(res[0].Err, pipeline.ErrAlreadyExists) || !res[1].Created {
+		t.Errorf("held job key, then its instance id: %v / created=%v; want a job-key clash / created", res[0].Err, res[1].Created)
+	}
+}

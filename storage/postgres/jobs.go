@@ -130,9 +130,10 @@ func (s *Store) CreateJobs(ctx context.Context, njs []pipeline.NewJob) error {
 		if err := br.Close(); err != nil {
 			return err
 		}
+		later := laterInBatch(queued, inserted)
 		for i, nj := range queued {
 			if inserted[i] == 0 { // the key was used (a replay, or refused), or the instance id is taken
-				if _, _, err := notInserted(ctx, tx, nj); err != nil {
+				if _, _, err := notInserted(ctx, tx, nj, later(i)); err != nil {
 					return fmt.Errorf("job %s: %w", nj.ID, err)
 				}
 			}
@@ -215,7 +216,7 @@ func (s *Store) createJobTx(ctx context.Context, tx pgx.Tx, now int64, nj pipeli
 		return pipeline.Job{}, false, translate(err)
 	}
 	if n == 0 {
-		return notInserted(ctx, tx, nj)
+		return notInserted(ctx, tx, nj, nil)
 	}
 	return builtJob(nj, now), true, nil
 }
@@ -229,7 +230,7 @@ func findByKey(ctx context.Context, q dbtx, nj pipeline.NewJob) (pipeline.Job, b
 		return pipeline.Job{}, false, err
 	}
 	if existing.RequestFingerprint != nj.RequestFingerprint {
-		return pipeline.Job{}, false, fmt.Errorf("%w (job %s)", pipeline.ErrIdempotencyReused, existing.ID)
+		return pipeline.Job{}, false, &reusedKeyError{id: existing.ID}
 	}
 	return existing, false, nil
 }
@@ -238,23 +239,60 @@ func findByKey(ctx context.Context, q dbtx, nj pipeline.NewJob) (pipeline.Job, b
 // used (findByKey: a replay or ErrIdempotencyReused), or else the tenant
 // already holds its instance id (ErrAlreadyExists), or else another job
 // holds its job key (an internal clash, not the caller's doing).
-func notInserted(ctx context.Context, q dbtx, nj pipeline.NewJob) (pipeline.Job, bool, error) {
+//
+// later reports whether a job id was inserted by a later statement of the
+// same pipelined batch (nil: none was): such a row did not exist at nj's
+// turn, so it is no reason (each unique index has one holder, so the
+// holder found is either the reason or a later row, never hiding an
+// earlier one).
+func notInserted(ctx context.Context, q dbtx, nj pipeline.NewJob, later func(id string) bool) (pipeline.Job, bool, error) {
+	if later == nil {
+		later = func(string) bool { return false }
+	}
 	j, created, err := findByKey(ctx, q, nj)
-	if !errors.Is(err, pipeline.ErrNotFound) {
+	var reused *reusedKeyError
+	switch {
+	case err == nil && later(j.ID), errors.As(err, &reused) && later(reused.id):
+	case !errors.Is(err, pipeline.ErrNotFound):
 		return j, created, err
 	}
-	var taken bool
-	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM jobs WHERE tenant = $1 AND instance_id = $2)`,
-		nj.Tenant, nj.InstanceID).Scan(&taken); err != nil {
-		return pipeline.Job{}, false, err
-	}
-	if taken {
+	var holder string
+	err = q.QueryRow(ctx, `SELECT id FROM jobs WHERE tenant = $1 AND instance_id = $2`, nj.Tenant, nj.InstanceID).Scan(&holder)
+	switch {
+	case err == nil && !later(holder):
 		return pipeline.Job{}, false, fmt.Errorf("%w: instance id %s is taken", pipeline.ErrAlreadyExists, nj.InstanceID)
+	case err != nil && !errors.Is(err, pgx.ErrNoRows):
+		return pipeline.Job{}, false, translate(err)
 	}
 	// Two tenants whose job keys collide, or a caller that reused an internal
 	// key: that says nothing about this tenant's ids (docs/design.md §3).
 	return pipeline.Job{}, false, fmt.Errorf("postgres: job key %s is held by another job: %w", nj.ID, ErrConstraint)
 }
+
+// laterInBatch returns, for the k-th statement of a pipelined batch of
+// inserts (jobs[k], inserted[k] its rows), the later func of notInserted:
+// whether a job id was inserted by a statement after the k-th.
+func laterInBatch(jobs []pipeline.NewJob, inserted []int) func(k int) func(string) bool {
+	madeAt := make(map[string]int, len(jobs))
+	for k, nj := range jobs {
+		if inserted[k] == 1 {
+			madeAt[nj.ID] = k
+		}
+	}
+	return func(k int) func(string) bool {
+		return func(id string) bool { at, ok := madeAt[id]; return ok && at > k }
+	}
+}
+
+// reusedKeyError is findByKey's ErrIdempotencyReused, with the id of the
+// job that holds the key.
+type reusedKeyError struct{ id string }
+
+func (e *reusedKeyError) Error() string {
+	return fmt.Sprintf("%s (job %s)", pipeline.ErrIdempotencyReused, e.id)
+}
+
+func (e *reusedKeyError) Unwrap() error { return pipeline.ErrIdempotencyReused }
 
 // createDeadLetteredTx stores a job that cannot run here directly as
 // dead_lettered, with both its events, its dead letter and its webhook.
@@ -270,7 +308,7 @@ func (s *Store) createDeadLetteredTx(ctx context.Context, tx pgx.Tx, now int64, 
 		pipeline.DeadLetterClass(nj.DeadLetterReason), nj.DeadLetterReason, pipeline.DeadLetterMessage(nj.DeadLetterReason), nj.InstanceID, nullString(nj.TraceParent)).Scan(&id)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return notInserted(ctx, tx, nj)
+		return notInserted(ctx, tx, nj, nil)
 	case err != nil:
 		return pipeline.Job{}, false, translate(err)
 	}
