@@ -11,7 +11,7 @@ import (
 )
 
 // CreateJobs stores every job of the batch with its input (none means {}),
-// and a batch with one invalid job stores nothing.
+// and a batch with one invalid or refused job stores nothing.
 func testCreateJobsBatch(t *testing.T, h *Harness) {
 	t.Parallel()
 	ctx := context.Background()
@@ -39,6 +39,18 @@ func testCreateJobsBatch(t *testing.T, h *Harness) {
 	}
 	if _, err := s.GetJob(ctx, "v1-b2"); !errors.Is(err, pipeline.ErrNotFound) {
 		t.Fatalf("valid job of a refused batch: %v, want ErrNotFound", err)
+	}
+	// A job a unique index refuses (its key used with another request)
+	// refuses the batch too: nothing of it is stored.
+	reused := newJob("v1-b0")
+	reused.ID, reused.InstanceID, reused.RequestFingerprint = "v1-b5", "v1-b5", "fp-other"
+	if err := s.CreateJobs(ctx, []pipeline.NewJob{newJob("v1-b4"), reused}); !errors.Is(err, pipeline.ErrIdempotencyReused) {
+		t.Fatalf("batch with a reused key: %v, want ErrIdempotencyReused", err)
+	}
+	for _, id := range []string{"v1-b4", "v1-b5"} {
+		if _, err := s.GetJob(ctx, id); !errors.Is(err, pipeline.ErrNotFound) {
+			t.Errorf("%s of a batch refused for a reused key: %v, want ErrNotFound", id, err)
+		}
 	}
 }
 
