@@ -402,29 +402,14 @@ func dumpRows(t *testing.T, s *Store, p string) string {
 			UNION ALL SELECT 'nomessage', id FROM jobs WHERE status = 'pending' AND id NOT IN (SELECT job_id FROM queue_messages)
 			UNION ALL SELECT 'nocreated', id FROM jobs WHERE id NOT IN (SELECT job_id FROM job_events WHERE kind = 'created')`,
 	} {
-		rows, err := s.read.Query(q, p)
+		rows, err := rawDB{db: s.read}.Query(context.Background(), q, p)
 		if err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
-		cols, _ := rows.Columns()
-		for rows.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := rows.Scan(ptrs...); err != nil {
-				t.Fatal(err)
-			}
-			for _, v := range vals {
-				if bs, ok := v.([]byte); ok {
-					v = string(bs)
-				}
-				fmt.Fprintf(&b, "%v|", v)
-			}
+		for _, row := range rows {
+			b.WriteString(strings.Join(row, "|"))
 			b.WriteByte('\n')
 		}
-		rows.Close()
 		b.WriteString("--\n")
 	}
 	return b.String()
