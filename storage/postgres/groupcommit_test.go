@@ -129,4 +129,19 @@ func TestCommitGroupLaterRowIsNoReason(t *testing.T) {
 	if !errors.Is(res[0].Err, ErrConstraint) || errors.Is(res[0].Err, pipeline.ErrAlreadyExists) || !res[1].Created {
 		t.Errorf("held job key, then its instance id: %v / created=%v; want a job-key clash / created", res[0].Err, res[1].Created)
 	}
+
+	// The later row would be a replay (the same request body), and a
+	// dead-lettered request first puts the queued ones at other positions
+	// in the batch than in the group.
+	dl := api("dl", "k4", "fp4")
+	dl.Queue, dl.DeadLetterReason, dl.DeadLetterQueue = "", pipeline.ReasonUnboundVersion, "render-v1"
+	reqs = []groupcommit.Request{{Job: dl}, {Job: api("x", "k5", "fp5")}, {Job: api("w", "k5", "fp5")}}
+	for i := range reqs {
+		reqs[i].Ctx, reqs[i].Resp = ctx, make(chan groupcommit.Response, 1)
+	}
+	s.commitGroup(reqs)
+	res = []groupcommit.Response{<-reqs[0].Resp, <-reqs[1].Resp, <-reqs[2].Resp}
+	if !res[0].Created || !errors.Is(res[1].Err, pipeline.ErrAlreadyExists) || res[1].Created || !res[2].Created {
+		t.Errorf("dead-lettered, taken instance, then the same request body: %+v; want created / ErrAlreadyExists / created", res)
+	}
 }

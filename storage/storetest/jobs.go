@@ -52,6 +52,19 @@ func testCreateJobsBatch(t *testing.T, h *Harness) {
 			t.Errorf("%s of a batch refused for a reused key: %v, want ErrNotFound", id, err)
 		}
 	}
+	// A job whose instance id is taken refuses the batch, even when a later
+	// job of the batch, the same request under a free instance id, takes
+	// its key: that row did not exist at its turn, so it is no replay.
+	taken := newJob("v1-b6")
+	taken.InstanceID = "v1-b0"
+	free := newJob("v1-b6")
+	free.ID, free.InstanceID = "v1-b7", "v1-b7"
+	if err := s.CreateJobs(ctx, []pipeline.NewJob{taken, free}); !errors.Is(err, pipeline.ErrAlreadyExists) {
+		t.Fatalf("batch with a taken instance id: %v, want ErrAlreadyExists", err)
+	}
+	if _, err := s.GetJob(ctx, "v1-b7"); !errors.Is(err, pipeline.ErrNotFound) {
+		t.Errorf("v1-b7 of a batch refused for a taken instance id: %v, want ErrNotFound", err)
+	}
 }
 
 // CreateJob keeps the submitted input, and stores {} for none.
