@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -80,6 +81,7 @@ func benchRenderTo(ctx context.Context, args []string, w io.Writer) error {
 	if *stages {
 		b.spans = tracetest.NewSpanRecorder()
 	}
+	cpu0 := cpuNow()
 	e2e, err := b.endToEnd(ctx)
 	if b.a != nil {
 		defer b.a.Close()
@@ -87,15 +89,20 @@ func benchRenderTo(ctx context.Context, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	cpu1 := cpuNow()
 	byHand, err := b.byHand(ctx)
 	if err != nil {
 		return err
 	}
+	cpu2 := cpuNow()
 	_, err = fmt.Fprintf(w, "bench render: %d jobs x %d scenes, %d workers, clips %d at once, load average %s\n"+
-		"  edgepipe, submit to last succeeded: %8.2fs\n"+
-		"  same ffmpeg work by hand:           %8.2fs\n"+
+		"  edgepipe, submit to last succeeded: %8.2fs  (CPU: ffmpeg %.2fs, edgepipe's process %.2fs)\n"+
+		"  same ffmpeg work by hand:           %8.2fs  (CPU: ffmpeg %.2fs, this process %.2fs)\n"+
 		"  ratio edgepipe / by hand:           %8.2fx\n",
-		n, *scenes, *workers, pipeline.DefaultClipConcurrency(), loadAverage(), e2e.Seconds(), byHand.Seconds(), e2e.Seconds()/byHand.Seconds())
+		n, *scenes, *workers, pipeline.DefaultClipConcurrency(), loadAverage(),
+		e2e.Seconds(), (cpu1.children - cpu0.children).Seconds(), (cpu1.self - cpu0.self).Seconds(),
+		byHand.Seconds(), (cpu2.children - cpu1.children).Seconds(), (cpu2.self - cpu1.self).Seconds(),
+		e2e.Seconds()/byHand.Seconds())
 	if err != nil || b.spans == nil {
 		return err
 	}
@@ -355,4 +362,19 @@ func loadAverage() string {
 		return "?"
 	}
 	return f[0]
+}
+
+// cpuTimes is the CPU (user and system) this process used, and its
+// children that ended (the ffmpeg processes), so far.
+type cpuTimes struct{ self, children time.Duration }
+
+func cpuNow() cpuTimes {
+	var self, children syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &self) != nil || syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children) != nil {
+		return cpuTimes{}
+	}
+	sum := func(r syscall.Rusage) time.Duration {
+		return time.Duration(r.Utime.Nano() + r.Stime.Nano())
+	}
+	return cpuTimes{self: sum(self), children: sum(children)}
 }
