@@ -48,8 +48,10 @@ render  runs N (default 1) distinct storyboards end to end through a real
         succeeded. Then the same ffmpeg work by hand in the same run: each
         job's stored scene media made into clips by the same renderer (the
         same ffmpeg commands), clips in parallel up to the cores, joined
-        into a file, --workers jobs at once. Prints both times and the
-        ratio (goal: 1.15x for one job, 1.1x for 20 jobs on 2 workers).
+        into a file, --workers jobs at once. Prints both times, the CPU
+        each side used (ffmpeg's, and this process's own: the deployment,
+        with the fake providers, or the by-hand loop) and the ratio (goal:
+        1.15x for one job, 1.1x for 20 jobs on 2 workers).
         With --stages it also prints where the attempts' time went: the
         count and summed time of their OpenTelemetry spans per name
         (attempt, stages, units, provider calls, uploads, ffmpeg
