@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -23,8 +24,8 @@ func init() {
 func bench(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		fmt.Println(`Usage: edgepipe bench upload [--mib 1024] [--compare=true]
-       edgepipe bench api [--duration 10s] [--connections 64] [--threads 2]
-       edgepipe bench render [N] [--workers 2] [--scenes 4] [--stages]
+       edgepipe bench api [--duration 10s] [--connections 64] [--threads 2] [--cpuprofile FILE]
+       edgepipe bench render [N] [--workers 2] [--scenes 4] [--stages] [--cpuprofile FILE]
 
 upload  streams --mib MiB of unknown length, generated on the fly, through
         the S3 driver (EDGEPIPE_S3_* settings) and prints MiB/s and peak RSS.
@@ -55,7 +56,8 @@ render  runs N (default 1) distinct storyboards end to end through a real
         With --stages it also prints where the attempts' time went: the
         count and summed time of their OpenTelemetry spans per name
         (attempt, stages, units, provider calls, uploads, ffmpeg
-        processes), recorded in memory.
+        processes), recorded in memory. --cpuprofile writes a CPU profile
+        of this process during the end-to-end run (api: the durable run).
 
 The queue burn-down benchmark is a Go benchmark:
   go test ./storage/sqlite -run '^$' -bench BurnDown -benchtime 20000x`)
@@ -207,4 +209,24 @@ func sampleAnon() (stop func() int64) {
 		}
 	}()
 	return func() int64 { close(done); return <-peak }
+}
+
+// startCPUProfile starts a CPU profile of this process into path (none
+// when path is empty); stop ends it and closes the file.
+func startCPUProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }

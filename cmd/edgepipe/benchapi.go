@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime/pprof"
 	"strconv"
 	"time"
 
@@ -81,18 +80,13 @@ func benchAPI(ctx context.Context, args []string) error {
 	defer stopBare()
 
 	w := wrkRun{threads: *threads, conns: *conns, dur: *dur, script: *script}
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err != nil {
-			return err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
+	stopProfile, err := startCPUProfile(*cpuprofile)
+	if err != nil {
+		return err
 	}
 	real, err := w.run(ctx, realURL)
-	if *cpuprofile != "" {
-		pprof.StopCPUProfile()
+	if perr := stopProfile(); err == nil {
+		err = perr
 	}
 	if err != nil {
 		return err

@@ -49,10 +49,11 @@ func benchRender(ctx context.Context, args []string) error {
 
 // benchRenderTo is benchRender printing to w.
 func benchRenderTo(ctx context.Context, args []string, w io.Writer) error {
-	fs := newFlags("bench render", "[N] [--workers 2] [--scenes 4] [--stages]", "End-to-end renders against the same ffmpeg work by hand; see edgepipe bench --help.")
+	fs := newFlags("bench render", "[N] [--workers 2] [--scenes 4] [--stages] [--cpuprofile FILE]", "End-to-end renders against the same ffmpeg work by hand; see edgepipe bench --help.")
 	workers := fs.Int("workers", 2, "jobs run at once (EDGEPIPE_WORKERS) and by hand")
 	scenes := fs.Int("scenes", 4, "scenes per storyboard (a still image and a narration each)")
 	stages := fs.Bool("stages", false, "also print where the attempts' time went (their OpenTelemetry spans, recorded in memory)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of this process during the end-to-end run to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -81,10 +82,17 @@ func benchRenderTo(ctx context.Context, args []string, w io.Writer) error {
 	if *stages {
 		b.spans = tracetest.NewSpanRecorder()
 	}
+	stopProfile, err := startCPUProfile(*cpuprofile)
+	if err != nil {
+		return err
+	}
 	cpu0 := cpuNow()
 	e2e, err := b.endToEnd(ctx)
 	if b.a != nil {
 		defer b.a.Close()
+	}
+	if perr := stopProfile(); err == nil {
+		err = perr
 	}
 	if err != nil {
 		return err

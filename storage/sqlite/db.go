@@ -158,6 +158,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	rq.Set("_busy_timeout", strconv.FormatInt(cfg.BusyTimeout.Milliseconds(), 10))
 	rq.Set("_foreign_keys", "1")
 	rq.Set("mode", "ro")
+	rq.Set("_stmt_cache_size", strconv.Itoa(readStmtCache))
 	read, err := sql.Open("sqlite3", "file:"+uriPath(abs)+"?"+rq.Encode())
 	if err != nil {
 		write.Close()
@@ -189,6 +190,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	return s, nil
 }
+
+// readStmtCache is how many prepared statements each read connection
+// keeps (go-sqlite3's _stmt_cache_size, least recently used out). Parsing
+// and planning a statement costs more than running most of the reads the
+// API and the workers make — a job by id, its events after a cursor — and
+// the set of statement texts is small and fixed, so every read connection
+// keeps them all. Writes have their own cache (stmtCache).
+const readStmtCache = 64
 
 // uriPath escapes the characters that end or escape the path part of an
 // SQLite URI filename: without it a data directory containing '#' or '?'

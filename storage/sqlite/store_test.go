@@ -18,7 +18,7 @@ import (
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
-func openTest(t *testing.T, path string, clock pipeline.Clock) *Store {
+func openTest(t testing.TB, path string, clock pipeline.Clock) *Store {
 	t.Helper()
 	if path == "" {
 		path = filepath.Join(t.TempDir(), "edgepipe.db")
@@ -38,7 +38,7 @@ func newJob(id string) pipeline.NewJob {
 	}
 }
 
-func mustCreate(t *testing.T, s *Store, nj pipeline.NewJob) pipeline.Job {
+func mustCreate(t testing.TB, s *Store, nj pipeline.NewJob) pipeline.Job {
 	t.Helper()
 	j, created, err := s.CreateJob(context.Background(), nj)
 	if err != nil || !created {
