@@ -459,6 +459,46 @@ func testDatabaseRefusesTerminalChange(t *testing.T, h *Harness) {
 	}
 }
 
+// No event, message or unit without its job (DESIGN: no dangling rows),
+// held by the database itself and not only by the Go code that writes
+// them: a row naming a job that does not exist is refused, in one-row and
+// in multi-row statements, and a job's id cannot change under the rows
+// that name it.
+func testDatabaseRefusesDanglingRows(t *testing.T, h *Harness) {
+	t.Parallel()
+	ctx := context.Background()
+	s := h.open(t, pipeline.NewManualClock(t0))
+	// A settled job has no message left: the control row may add one.
+	mustCreate(t, s, newJob("v1-done"))
+	c := fetchOne(t, s, "render-v1", "w")
+	if err := s.Finish(ctx, c.Lease, pipeline.Outcome{Status: pipeline.StatusSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, newJob("v1-held"))
+	for _, tc := range []struct{ name, q, job string }{
+		{"event", `INSERT INTO job_events (job_id, at, kind) VALUES ('%s', 0, 'status')`, "v1-held"},
+		{"event among events", `INSERT INTO job_events (job_id, at, kind) VALUES ('v1-held', 0, 'status'), ('%s', 0, 'status'),
+			('v1-held', 0, 'status')`, "v1-held"},
+		{"message", `INSERT INTO queue_messages (queue, job_id, enqueued_at, visible_at) VALUES ('render-v1', '%s', 0, 0)`, "v1-done"},
+		{"unit", `INSERT INTO units (job_id, scene_index, kind, unit_key, updated_at) VALUES ('%s', 0, 'image', 'k', 0)`, "v1-held"},
+	} {
+		if _, err := s.write.ExecContext(ctx, fmt.Sprintf(tc.q, "v1-none")); err == nil {
+			t.Errorf("database took a dangling %s", tc.name)
+		}
+		// The same row naming a job that exists is taken: the refusal
+		// above is the missing job's, not a malformed statement's.
+		if _, err := s.write.ExecContext(ctx, fmt.Sprintf(tc.q, tc.job)); err != nil {
+			t.Errorf("%s naming an existing job refused: %v", tc.name, err)
+		}
+	}
+	if _, err := s.write.ExecContext(ctx, `UPDATE jobs SET id = 'v1-moved' WHERE id = 'v1-held'`); err == nil {
+		t.Error("database let a job's id change under its events and message")
+	}
+	if got := countRows(t, s, `SELECT count(*) FROM job_events WHERE job_id NOT IN ('v1-held', 'v1-done')`); got != 0 {
+		t.Errorf("%d events name no job", got)
+	}
+}
+
 // The trigger carries exactly the transition table of pipeline: every
 // allowed edge passes, every refused one aborts.
 func testTriggerMatchesTransitionTable(t *testing.T, h *Harness) {

@@ -70,6 +70,7 @@ var suite = []struct {
 	{"RedeliveryForTerminalJobChangesNothing", testRedeliveryForTerminalJobChangesNothing},
 	{"DatabaseRefusesTerminalChange", testDatabaseRefusesTerminalChange},
 	{"TriggerMatchesTransitionTable", testTriggerMatchesTransitionTable},
+	{"DatabaseRefusesDanglingRows", testDatabaseRefusesDanglingRows},
 	{"GroupCommitIsolatesFailures", testGroupCommitIsolatesFailures},
 	{"CreateAfterCloseFails", testCreateAfterCloseFails},
 	{"CreatedJobMatchesStoredRow", testCreatedJobMatchesStoredRow},
