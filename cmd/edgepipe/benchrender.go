@@ -86,8 +86,7 @@ func benchRenderTo(ctx context.Context, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cpu0 := cpuNow()
-	e2e, err := b.endToEnd(ctx)
+	e2e, e2eCPU, err := b.endToEnd(ctx)
 	if b.a != nil {
 		defer b.a.Close()
 	}
@@ -97,19 +96,17 @@ func benchRenderTo(ctx context.Context, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cpu1 := cpuNow()
-	byHand, err := b.byHand(ctx)
+	byHand, handCPU, err := b.byHand(ctx)
 	if err != nil {
 		return err
 	}
-	cpu2 := cpuNow()
 	_, err = fmt.Fprintf(w, "bench render: %d jobs x %d scenes, %d workers, clips %d at once, load average %s\n"+
 		"  edgepipe, submit to last succeeded: %8.2fs  (CPU: ffmpeg %.2fs, edgepipe's process %.2fs)\n"+
 		"  same ffmpeg work by hand:           %8.2fs  (CPU: ffmpeg %.2fs, this process %.2fs)\n"+
 		"  ratio edgepipe / by hand:           %8.2fx\n",
 		n, *scenes, *workers, pipeline.DefaultClipConcurrency(), loadAverage(),
-		e2e.Seconds(), (cpu1.children - cpu0.children).Seconds(), (cpu1.self - cpu0.self).Seconds(),
-		byHand.Seconds(), (cpu2.children - cpu1.children).Seconds(), (cpu2.self - cpu1.self).Seconds(),
+		e2e.Seconds(), e2eCPU.children.Seconds(), e2eCPU.self.Seconds(),
+		byHand.Seconds(), handCPU.children.Seconds(), handCPU.self.Seconds(),
 		e2e.Seconds()/byHand.Seconds())
 	if err != nil || b.spans == nil {
 		return err
@@ -145,8 +142,10 @@ func printStages(w io.Writer, spans []sdktrace.ReadOnlySpan) error {
 }
 
 // endToEnd submits the storyboards over HTTP and waits until every job
-// succeeded; the time runs from the first submission to the last success.
-func (b *renderBench) endToEnd(ctx context.Context) (_ time.Duration, err error) {
+// succeeded; the time runs from the first submission to the last success,
+// and so does the CPU it returns (the deployment's start-up, renderer
+// set-up included, is neither timed nor counted).
+func (b *renderBench) endToEnd(ctx context.Context) (_ time.Duration, _ cpuTimes, err error) {
 	env := map[string]string{
 		"EDGEPIPE_DATA_DIR": filepath.Join(b.dir, "data"), "EDGEPIPE_ADDR": "127.0.0.1:0",
 		"EDGEPIPE_WORKERS": strconv.Itoa(b.workers), "EDGEPIPE_TOKENS": benchAPIToken + ":bench",
@@ -157,7 +156,7 @@ func (b *renderBench) endToEnd(ctx context.Context) (_ time.Duration, err error)
 	}
 	cfg, err := app.FromEnv(func(k string) string { return env[k] }, environ)
 	if err != nil {
-		return 0, err
+		return 0, cpuTimes{}, err
 	}
 	if b.spans != nil {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(b.spans))
@@ -166,11 +165,11 @@ func (b *renderBench) endToEnd(ctx context.Context) (_ time.Duration, err error)
 	}
 	log := slog.New(slog.DiscardHandler)
 	if b.a, err = app.Open(ctx, cfg, log); err != nil {
-		return 0, err
+		return 0, cpuTimes{}, err
 	}
 	parts, err := b.a.Build(ctx, true, false, b.workers)
 	if err != nil {
-		return 0, err
+		return 0, cpuTimes{}, err
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)
@@ -185,9 +184,9 @@ func (b *renderBench) endToEnd(ctx context.Context) (_ time.Duration, err error)
 	}()
 	c, err := client.New(client.Config{BaseURL: "http://" + parts.Listener.Addr().String(), Token: benchAPIToken})
 	if err != nil {
-		return 0, err
+		return 0, cpuTimes{}, err
 	}
-	start := time.Now()
+	cpu0, start := cpuNow(), time.Now()
 	ids := make([]string, b.jobs)
 	for i := range b.jobs {
 		sb := benchBoard(i, b.scenes)
@@ -197,16 +196,17 @@ func (b *renderBench) endToEnd(ctx context.Context) (_ time.Duration, err error)
 		}{pipeline.OperationRenderVideo, sb}
 		s, err := c.Submit(ctx, fmt.Sprintf("bench-render-%d", i), body)
 		if err != nil {
-			return 0, fmt.Errorf("submit job %d: %w", i, err)
+			return 0, cpuTimes{}, fmt.Errorf("submit job %d: %w", i, err)
 		}
 		ids[i] = s.Job.ID
 		b.boards = append(b.boards, sb)
 		b.keys = append(b.keys, pipeline.JobKey("bench", s.Job.ID))
 	}
 	if err := awaitSucceeded(ctx, c, ids); err != nil {
-		return 0, err
+		return 0, cpuTimes{}, err
 	}
-	return time.Since(start), nil
+	took, cpu1 := time.Since(start), cpuNow()
+	return took, cpuTimes{self: cpu1.self - cpu0.self, children: cpu1.children - cpu0.children}, nil
 }
 
 // Polling intervals of awaitSucceeded: the poller shares the machine with
@@ -261,8 +261,10 @@ func benchBoard(i, scenes int) pipeline.Storyboard {
 }
 
 // byHand runs the jobs' ffmpeg work again without edgepipe: the stored
-// media are copied out first (not timed), then clips and joins are timed.
-func (b *renderBench) byHand(ctx context.Context) (time.Duration, error) {
+// media are copied out and the renderers set up first (not timed, nor is
+// the CPU of their ffmpeg probes counted), then clips and joins are timed.
+// It returns their time and the CPU they used.
+func (b *renderBench) byHand(ctx context.Context) (time.Duration, cpuTimes, error) {
 	type job struct {
 		r     *render.Renderer
 		media [][2]string // image, audio per scene
@@ -275,18 +277,18 @@ func (b *renderBench) byHand(ctx context.Context) (time.Duration, error) {
 	for i, key := range b.keys {
 		sb, err := b.boards[i].Normalize()
 		if err != nil {
-			return 0, err
+			return 0, cpuTimes{}, err
 		}
 		rc.Width, rc.Height = sb.Options.Size()
 		rc.FPS = sb.Options.FPS
 		r, err := render.New(ctx, rc)
 		if err != nil {
-			return 0, err
+			return 0, cpuTimes{}, err
 		}
 		dir := filepath.Join(b.dir, "byhand", strconv.Itoa(i))
 		media, err := b.copyMedia(ctx, key, dir)
 		if err != nil {
-			return 0, err
+			return 0, cpuTimes{}, err
 		}
 		durations := make([]int, len(sb.Scenes))
 		for s, sc := range sb.Scenes {
@@ -294,16 +296,17 @@ func (b *renderBench) byHand(ctx context.Context) (time.Duration, error) {
 		}
 		jobs[i] = job{r: r, media: media, ms: r.AlignDurations(durations), dir: dir}
 	}
-	start := time.Now()
+	cpu0, start := cpuNow(), time.Now()
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(b.workers)
 	for _, j := range jobs {
 		g.Go(func() error { return renderByHand(gctx, j.r, j.media, j.ms, j.dir) })
 	}
 	if err := g.Wait(); err != nil {
-		return 0, err
+		return 0, cpuTimes{}, err
 	}
-	return time.Since(start), nil
+	took, cpu1 := time.Since(start), cpuNow()
+	return took, cpuTimes{self: cpu1.self - cpu0.self, children: cpu1.children - cpu0.children}, nil
 }
 
 // copyMedia copies job key's stored scene media into dir.
