@@ -57,7 +57,8 @@ render  runs N (default 1) distinct storyboards end to end through a real
         count and summed time of their OpenTelemetry spans per name
         (attempt, stages, units, provider calls, uploads, ffmpeg
         processes), recorded in memory. --cpuprofile writes a CPU profile
-        of this process during the end-to-end run (api: the durable run).
+        of this process from the deployment's start-up to the last
+        success (api: of the durable run).
 
 The queue burn-down benchmark is a Go benchmark:
   go test ./storage/sqlite -run '^$' -bench BurnDown -benchtime 20000x`)

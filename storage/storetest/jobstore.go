@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -460,7 +461,8 @@ func testDatabaseRefusesTerminalChange(t *testing.T, h *Harness) {
 }
 
 // No event, message or unit without its job (DESIGN: no dangling rows),
-// held by the database itself and not only by the Go code that writes
+// held by the database's foreign keys (on SQLite, enforced on every
+// connection the store opens) and not only by the Go code that writes
 // them: a row naming a job that does not exist is refused, in one-row and
 // in multi-row statements, and a job's id cannot change under the rows
 // that name it.
@@ -493,6 +495,9 @@ func testDatabaseRefusesDanglingRows(t *testing.T, h *Harness) {
 	}
 	if _, err := s.write.ExecContext(ctx, `UPDATE jobs SET id = 'v1-moved' WHERE id = 'v1-held'`); err == nil {
 		t.Error("database let a job's id change under its events and message")
+	}
+	if _, err := s.write.ExecContext(ctx, `UPDATE jobs SET id = 'v1-held' WHERE id = 'v1-held'`); err != nil {
+		t.Errorf("the same update keeping the id refused: %v", err)
 	}
 	if got := countRows(t, s, `SELECT count(*) FROM job_events WHERE job_id NOT IN ('v1-held', 'v1-done')`); got != 0 {
 		t.Errorf("%d events name no job", got)
@@ -531,6 +536,12 @@ func testTriggerMatchesTransitionTable(t *testing.T, h *Harness) {
 			}
 			if !allowed && err == nil {
 				t.Errorf("%s > %s allowed by the database", from, to)
+			}
+			// Out of a terminal status the terminal wall refuses first; out
+			// of any other the refusal must be the transition table's, or
+			// an edge wrongly listed there would hide behind another check.
+			if !allowed && err != nil && !from.Terminal() && !strings.Contains(err.Error(), "invalid job status transition") {
+				t.Errorf("%s > %s refused, but not as a transition: %v", from, to, err)
 			}
 		}
 	}
