@@ -405,7 +405,14 @@ func (s *Store) ListJobs(ctx context.Context, f pipeline.ListFilter) ([]pipeline
 		q += ` AND (created_at, ` + idCol + `) < (` + arg(f.After.CreatedAtMS) + `::bigint, ` + arg(f.After.ID) + `::text)`
 	}
 	q += ` ORDER BY created_at DESC, ` + idCol + ` DESC LIMIT ` + arg(f.Limit+1)
-	jobs, err := collectJobs(s.pool.Query(ctx, q, args...))
+	// Planned with its values every time (an unnamed statement), not as a
+	// cached prepared statement: after five runs Postgres may settle on a
+	// generic plan, and for a listing that is "read jobs_created newest
+	// first and filter" whatever the filter. On 200,000 succeeded jobs
+	// (analyzed), listing the failed ones took 26 ms that way, reading
+	// every row, against 0.03 ms for the plan made for 'failed' (the status
+	// index; 0.5 ms to plan).
+	jobs, err := collectJobs(s.pool.Query(ctx, q, append([]any{pgx.QueryExecModeDescribeExec}, args...)...))
 	if err != nil {
 		return nil, pipeline.Cursor{}, err
 	}
