@@ -56,7 +56,7 @@ func (s *Store) ListDeadLetters(ctx context.Context, includeSettled bool, afterI
 		limit = 100
 	}
 	return queryDeadLetters(ctx, s.pool, `SELECT `+deadLetterColumns+deadLetterFrom+` WHERE ($1 OR (`+openDeadLetter+`))
-		AND ($2::bigint = 0 OR d.id < $2) ORDER BY d.id DESC LIMIT $3`, includeSettled, afterID, limit)
+		AND ($2::bigint = 0 OR d.id < $2) ORDER BY d.id DESC LIMIT $3`, planEachCall, includeSettled, afterID, limit)
 }
 
 // FindDeadLetters returns the open dead letters f selects, oldest first, at
@@ -72,7 +72,7 @@ func (s *Store) FindDeadLetters(ctx context.Context, f pipeline.DeadLetterFilter
 	dls, err := queryDeadLetters(ctx, s.pool, `SELECT `+deadLetterColumns+deadLetterFrom+` WHERE `+openDeadLetter+`
 		AND ($1::text = '' OR d.reason = $1) AND ($2::text = '' OR j.workflow_version = $2) AND ($3::text = '' OR j.tenant = $3)
 		AND ($4::bigint = 0 OR d.dead_lettered_at <= $4)
-		ORDER BY d.id LIMIT $5`, f.Reason, f.Version, f.Tenant, older, limit+1)
+		ORDER BY d.id LIMIT $5`, planEachCall, f.Reason, f.Version, f.Tenant, older, limit+1)
 	if err != nil {
 		return nil, false, err
 	}

@@ -91,7 +91,7 @@ func (s *Store) StagedAnswers(ctx context.Context, p *pipeline.StagedAnswersPara
 		return nil, fmt.Errorf("%w: staged answers of which job?", pipeline.ErrInvalidInput)
 	}
 	var out []pipeline.Asset
-	err := eachRow(s.pool.Query(ctx, q, pipeline.KindStaged, jobID, limit))(func(r pgx.Rows) error {
+	err := eachRow(s.pool.Query(ctx, q, planEachCall, pipeline.KindStaged, jobID, limit))(func(r pgx.Rows) error {
 		a, err := scanAsset(r)
 		if err != nil {
 			return err
