@@ -201,6 +201,9 @@ func TestMetricsCountsReadCoveringIndexes(t *testing.T) {
 			}
 			plan = append(plan, detail)
 		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
 		rows.Close()
 		joined := strings.Join(plan, " | ")
 		if !strings.Contains(joined, "COVERING INDEX") {

@@ -133,6 +133,9 @@ func sqliteSequences(t *testing.T, path string) map[string]int64 {
 		}
 		out[n] = v
 	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 	return out
 }
 
