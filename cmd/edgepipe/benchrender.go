@@ -207,8 +207,7 @@ func (b *renderBench) endToEnd(ctx context.Context) (_ time.Duration, _ cpuTimes
 	if err != nil {
 		return 0, cpuTimes{}, err
 	}
-	cpu1 := cpuNow()
-	return end.Sub(start), cpuTimes{self: cpu1.self - cpu0.self, children: cpu1.children - cpu0.children}, nil
+	return end.Sub(start), cpuNow().since(cpu0), nil
 }
 
 // pollEvery is how often awaitSucceeded asks for a job: seldom, since the
@@ -306,8 +305,8 @@ func (b *renderBench) byHand(ctx context.Context) (time.Duration, cpuTimes, erro
 	if err := g.Wait(); err != nil {
 		return 0, cpuTimes{}, err
 	}
-	took, cpu1 := time.Since(start), cpuNow()
-	return took, cpuTimes{self: cpu1.self - cpu0.self, children: cpu1.children - cpu0.children}, nil
+	took := time.Since(start)
+	return took, cpuNow().since(cpu0), nil
 }
 
 // copyMedia copies job key's stored scene media into dir.
@@ -392,6 +391,11 @@ func loadAverage() string {
 // cpuTimes is the CPU (user and system) this process used, and its
 // children that ended (the ffmpeg processes), so far.
 type cpuTimes struct{ self, children time.Duration }
+
+// since is the CPU used from c0 to c.
+func (c cpuTimes) since(c0 cpuTimes) cpuTimes {
+	return cpuTimes{self: c.self - c0.self, children: c.children - c0.children}
+}
 
 func cpuNow() cpuTimes {
 	var self, children syscall.Rusage

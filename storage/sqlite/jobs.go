@@ -300,14 +300,23 @@ func keyOf(nj pipeline.NewJob) rowKey {
 // insertCreated appends the created event of each job njs[i], i in idx,
 // in chunks; the detail is appendEvent's for the same event.
 func insertCreated(ctx context.Context, tx *wtx, now int64, njs []pipeline.NewJob, idx []int) error {
-	args := make([]any, 0, 3*min(len(idx), insertChunk))
+	return execChunks(ctx, tx, insertCreatedSQL, idx, 3, func(args []any, i int) []any {
+		return append(args, njs[i].ID, now, createdDetail(njs[i]))
+	})
+}
+
+// execChunks runs, for the rows idx in chunks (chunks), the statement
+// sqls[k] of a chunk of k rows, with the perRow arguments add appends for
+// each row.
+func execChunks(ctx context.Context, tx *wtx, sqls map[int]string, idx []int, perRow int, add func(args []any, i int) []any) error {
+	args := make([]any, 0, perRow*min(len(idx), insertChunk))
 	off := 0
 	for _, k := range chunks(len(idx)) {
 		args = args[:0]
 		for _, i := range idx[off : off+k] {
-			args = append(args, njs[i].ID, now, createdDetail(njs[i]))
+			args = add(args, i)
 		}
-		if _, err := tx.ExecContext(ctx, insertCreatedSQL[k], args...); err != nil {
+		if _, err := tx.ExecContext(ctx, sqls[k], args...); err != nil {
 			return err
 		}
 		off += k
@@ -337,17 +346,10 @@ func insertMessages(ctx context.Context, tx *wtx, now int64, njs []pipeline.NewJ
 			queued = append(queued, i)
 		}
 	}
-	args := make([]any, 0, 4*min(len(queued), insertChunk))
-	off := 0
-	for _, k := range chunks(len(queued)) {
-		args = args[:0]
-		for _, i := range queued[off : off+k] {
-			args = append(args, njs[i].Queue, njs[i].ID, now, now)
-		}
-		if _, err := tx.ExecContext(ctx, insertMessagesSQL[k], args...); err != nil {
-			return err
-		}
-		off += k
+	if err := execChunks(ctx, tx, insertMessagesSQL, queued, 4, func(args []any, i int) []any {
+		return append(args, njs[i].Queue, njs[i].ID, now, now)
+	}); err != nil {
+		return err
 	}
 	for _, i := range queued {
 		tx.madeVisible(njs[i].Queue)
