@@ -211,3 +211,55 @@ func TestMetricsCountsReadCoveringIndexes(t *testing.T) {
 		}
 	}
 }
+
+// Every listing page is read in the order of an index, whatever the table
+// holds: a plan that sorts ("USE TEMP B-TREE FOR ORDER BY") reads every
+// matching job for each page — 0.4-0.7 s a page of the operators' listing
+// at 200,000 jobs before migration 0011.
+func TestListingsReadInIndexOrder(t *testing.T) {
+	t.Parallel()
+	s := openTest(t, "", nil)
+	after := pipeline.Cursor{CreatedAtMS: 1, ID: "x"}
+	for _, tc := range []struct {
+		name  string
+		f     pipeline.ListFilter
+		index string
+	}{
+		{"operators", pipeline.ListFilter{AllTenants: true}, "jobs_created"},
+		{"operators, next page", pipeline.ListFilter{AllTenants: true, After: after}, "jobs_created"},
+		{"operators, one status", pipeline.ListFilter{AllTenants: true, Statuses: []pipeline.Status{pipeline.StatusFailed}}, "jobs_status"},
+		{"operators, one status, next page", pipeline.ListFilter{AllTenants: true, Statuses: []pipeline.Status{pipeline.StatusPending}, After: after}, "jobs_status"},
+		{"operators, needing action", pipeline.ListFilter{AllTenants: true, RequiresAction: true, Version: "v1"}, "jobs_created"},
+		{"tenant", pipeline.ListFilter{Tenant: "t"}, "jobs_tenant_created"},
+		{"tenant, next page, one status", pipeline.ListFilter{Tenant: "t", After: after, Statuses: []pipeline.Status{pipeline.StatusFailed}}, "jobs_tenant_created"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.f.Limit = 50
+			q, args, err := listJobsQuery(tc.f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows, err := s.read.Query("EXPLAIN QUERY PLAN "+q, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			var plan []string
+			for rows.Next() {
+				var id, parent, unused int
+				var detail string
+				if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+					t.Fatal(err)
+				}
+				plan = append(plan, detail)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			joined := strings.Join(plan, " | ")
+			if strings.Contains(joined, "TEMP B-TREE") || !strings.Contains(joined, "INDEX "+tc.index+" ") && !strings.HasSuffix(joined, "INDEX "+tc.index) {
+				t.Errorf("want the page read in %s's order\nplan: %s", tc.index, joined)
+			}
+		})
+	}
+}
