@@ -512,7 +512,11 @@ func listJobsQuery(f pipeline.ListFilter) (string, []any, error) {
 		idCol = "id"
 	}
 	if f.After.ID != "" {
-		q += ` AND (created_at < ? OR (created_at = ? AND ` + idCol + ` < ?))`
+		// (created_at, id) < the cursor's, written so that created_at
+		// bounds an index range: as "created_at < ? OR (created_at = ?
+		// AND …)" the planner read both halves through the index and
+		// sorted every job before the cursor.
+		q += ` AND created_at <= ? AND (created_at < ? OR ` + idCol + ` < ?)`
 		args = append(args, f.After.CreatedAtMS, f.After.CreatedAtMS, f.After.ID)
 	}
 	q += ` ORDER BY created_at DESC, ` + idCol + ` DESC LIMIT ?`

@@ -215,23 +215,27 @@ func TestMetricsCountsReadCoveringIndexes(t *testing.T) {
 // Every listing page is read in the order of an index, whatever the table
 // holds: a plan that sorts ("USE TEMP B-TREE FOR ORDER BY") reads every
 // matching job for each page — 0.4-0.7 s a page of the operators' listing
-// at 200,000 jobs before migration 0011.
+// at 200,000 jobs before migration 0011. Sorting the jobs of one
+// created_at by id ("FOR LAST TERM OF ORDER BY") reads only as far as the
+// page goes. The one listing allowed to sort is of the jobs needing
+// action: jobs_attention holds only those.
 func TestListingsReadInIndexOrder(t *testing.T) {
 	t.Parallel()
 	s := openTest(t, "", nil)
 	after := pipeline.Cursor{CreatedAtMS: 1, ID: "x"}
 	for _, tc := range []struct {
-		name  string
-		f     pipeline.ListFilter
-		index string
+		name   string
+		f      pipeline.ListFilter
+		index  string
+		sorted bool // the index holds only the matching jobs, which the page may sort
 	}{
-		{"operators", pipeline.ListFilter{AllTenants: true}, "jobs_created"},
-		{"operators, next page", pipeline.ListFilter{AllTenants: true, After: after}, "jobs_created"},
-		{"operators, one status", pipeline.ListFilter{AllTenants: true, Statuses: []pipeline.Status{pipeline.StatusFailed}}, "jobs_status"},
-		{"operators, one status, next page", pipeline.ListFilter{AllTenants: true, Statuses: []pipeline.Status{pipeline.StatusPending}, After: after}, "jobs_status"},
-		{"operators, needing action", pipeline.ListFilter{AllTenants: true, RequiresAction: true, Version: "v1"}, "jobs_created"},
-		{"tenant", pipeline.ListFilter{Tenant: "t"}, "jobs_tenant_created"},
-		{"tenant, next page, one status", pipeline.ListFilter{Tenant: "t", After: after, Statuses: []pipeline.Status{pipeline.StatusFailed}}, "jobs_tenant_created"},
+		{"operators", pipeline.ListFilter{AllTenants: true}, "jobs_created", false},
+		{"operators, next page", pipeline.ListFilter{AllTenants: true, After: after}, "jobs_created", false},
+		{"operators, one status", pipeline.ListFilter{AllTenants: true, Statuses: []pipeline.Status{pipeline.StatusFailed}}, "jobs_status", false},
+		{"operators, one status, next page", pipeline.ListFilter{AllTenants: true, Statuses: []pipeline.Status{pipeline.StatusPending}, After: after}, "jobs_status", false},
+		{"operators, needing action", pipeline.ListFilter{AllTenants: true, RequiresAction: true, Version: "v1"}, "jobs_attention", true},
+		{"tenant", pipeline.ListFilter{Tenant: "t"}, "jobs_tenant_created", false},
+		{"tenant, next page, one status", pipeline.ListFilter{Tenant: "t", After: after, Statuses: []pipeline.Status{pipeline.StatusFailed}}, "jobs_tenant_created", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.f.Limit = 50
@@ -257,7 +261,8 @@ func TestListingsReadInIndexOrder(t *testing.T) {
 				t.Fatal(err)
 			}
 			joined := strings.Join(plan, " | ")
-			if strings.Contains(joined, "TEMP B-TREE") || !strings.Contains(joined, "INDEX "+tc.index+" ") && !strings.HasSuffix(joined, "INDEX "+tc.index) {
+			fullSort := strings.Contains(joined, "TEMP B-TREE FOR ORDER BY") && !tc.sorted
+			if fullSort || !strings.Contains(joined, "INDEX "+tc.index+" ") && !strings.HasSuffix(joined, "INDEX "+tc.index) {
 				t.Errorf("want the page read in %s's order\nplan: %s", tc.index, joined)
 			}
 		})
