@@ -234,6 +234,8 @@ func TestListingsReadInIndexOrder(t *testing.T) {
 		{"operators, one status", pipeline.ListFilter{AllTenants: true, Statuses: []pipeline.Status{pipeline.StatusFailed}}, "jobs_status", false},
 		{"operators, one status, next page", pipeline.ListFilter{AllTenants: true, Statuses: []pipeline.Status{pipeline.StatusPending}, After: after}, "jobs_status", false},
 		{"operators, needing action", pipeline.ListFilter{AllTenants: true, RequiresAction: true, Version: "v1"}, "jobs_attention", true},
+		{"operations page, a version between two ages", pipeline.ListFilter{AllTenants: true, Version: "v2",
+			CreatedAfter: time.UnixMilli(1), CreatedBefore: time.UnixMilli(9)}, "jobs_created", false},
 		{"tenant", pipeline.ListFilter{Tenant: "t"}, "jobs_tenant_created", false},
 		{"tenant, next page, one status", pipeline.ListFilter{Tenant: "t", After: after, Statuses: []pipeline.Status{pipeline.StatusFailed}}, "jobs_tenant_created", false},
 	} {
