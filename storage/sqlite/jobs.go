@@ -470,13 +470,23 @@ func (s *Store) ListJobs(ctx context.Context, f pipeline.ListFilter) ([]pipeline
 }
 
 // listJobsQuery is ListJobs' statement and its arguments for f (Limit
-// already set). Every page is read in the order of an index (migration
-// 0011; TestListingsReadInIndexOrder): by the status index when one
-// status is asked for across tenants, jobs_tenant_created for a tenant,
-// jobs_created for the operators' listing.
+// already set). A page is read in the order of an index (migration 0011;
+// TestListingsReadInIndexOrder): by the status index when one status is
+// asked for across tenants, jobs_tenant_created for a tenant, jobs_created
+// for the operators' listing. The jobs needing action are the exception:
+// jobs_attention holds only them, and the page sorts them (few by nature).
 func listJobsQuery(f pipeline.ListFilter) (string, []any, error) {
 	q := `SELECT ` + jobColumns + ` FROM jobs WHERE 1=1`
 	var args []any
+	// For the jobs needing action, the unary + keeps the status and
+	// created_at terms off their indexes: the planner would otherwise
+	// range-scan jobs_created from a cursor down through every older job,
+	// or read and sort every job of the statuses asked for, to fill a page
+	// of the few in jobs_attention.
+	status, created := "status", "created_at"
+	if f.RequiresAction {
+		status, created = "+status", "+created_at"
+	}
 	if !f.AllTenants {
 		if f.Tenant == "" {
 			return "", nil, fmt.Errorf("%w: listing needs a tenant", pipeline.ErrInvalidInput)
@@ -485,7 +495,7 @@ func listJobsQuery(f pipeline.ListFilter) (string, []any, error) {
 		args = append(args, f.Tenant)
 	}
 	if len(f.Statuses) > 0 {
-		q += ` AND status IN (` + placeholders(len(f.Statuses)) + `)` //nolint:gosec // G202: only "?" placeholders are concatenated
+		q += ` AND ` + status + ` IN (` + placeholders(len(f.Statuses)) + `)` //nolint:gosec // G202: only a column name and "?" placeholders are concatenated
 		for _, st := range f.Statuses {
 			args = append(args, string(st))
 		}
@@ -498,11 +508,11 @@ func listJobsQuery(f pipeline.ListFilter) (string, []any, error) {
 		args = append(args, f.Version)
 	}
 	if !f.CreatedBefore.IsZero() {
-		q += ` AND created_at <= ?`
+		q += ` AND ` + created + ` <= ?`
 		args = append(args, ms(f.CreatedBefore))
 	}
 	if !f.CreatedAfter.IsZero() {
-		q += ` AND created_at >= ?`
+		q += ` AND ` + created + ` >= ?`
 		args = append(args, ms(f.CreatedAfter))
 	}
 	// A tenant's listing pages by instance id (unique per tenant, and the
@@ -516,7 +526,7 @@ func listJobsQuery(f pipeline.ListFilter) (string, []any, error) {
 		// bounds an index range: as "created_at < ? OR (created_at = ?
 		// AND …)" the planner read both halves through the index and
 		// sorted every job before the cursor.
-		q += ` AND created_at <= ? AND (created_at < ? OR ` + idCol + ` < ?)`
+		q += ` AND ` + created + ` <= ? AND (created_at < ? OR ` + idCol + ` < ?)`
 		args = append(args, f.After.CreatedAtMS, f.After.CreatedAtMS, f.After.ID)
 	}
 	q += ` ORDER BY created_at DESC, ` + idCol + ` DESC LIMIT ?`

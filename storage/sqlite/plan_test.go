@@ -187,7 +187,7 @@ func exerciseEveryWritePath(t *testing.T, s *Store, clock *pipeline.ManualClock)
 func TestMetricsCountsReadCoveringIndexes(t *testing.T) {
 	t.Parallel()
 	s := openTest(t, "", nil)
-	for _, q := range []string{qCountByStatus, qCountBilledCalls} {
+	for q, index := range map[string]string{qCountByStatus: "jobs_status", qCountBilledCalls: "provider_calls_status_op"} {
 		rows, err := s.read.Query("EXPLAIN QUERY PLAN " + q)
 		if err != nil {
 			t.Fatal(err)
@@ -206,16 +206,17 @@ func TestMetricsCountsReadCoveringIndexes(t *testing.T) {
 		}
 		rows.Close()
 		joined := strings.Join(plan, " | ")
-		if !strings.Contains(joined, "COVERING INDEX") {
+		if !strings.Contains(joined, "COVERING INDEX "+index) {
 			t.Errorf("%s\nplan: %s", strings.Join(strings.Fields(q), " "), joined)
 		}
 	}
 }
 
-// Every listing page is read in the order of an index, whatever the table
-// holds: a plan that sorts ("USE TEMP B-TREE FOR ORDER BY") reads every
-// matching job for each page — 0.4-0.7 s a page of the operators' listing
-// at 200,000 jobs before migration 0011. Sorting the jobs of one
+// Every listing page but one is read in the order of an index, whatever
+// the table holds: a plan that sorts ("USE TEMP B-TREE FOR ORDER BY") reads every
+// matching job for each page — 140-180 ms a page of the operators'
+// listing at 200,000 jobs before migration 0011. The plans are those of
+// a store that was never analyzed, as edgepipe's never is. Sorting the jobs of one
 // created_at by id ("FOR LAST TERM OF ORDER BY") reads only as far as the
 // page goes. The one listing allowed to sort is of the jobs needing
 // action: jobs_attention holds only those.
@@ -234,10 +235,15 @@ func TestListingsReadInIndexOrder(t *testing.T) {
 		{"operators, one status", pipeline.ListFilter{AllTenants: true, Statuses: []pipeline.Status{pipeline.StatusFailed}}, "jobs_status", false},
 		{"operators, one status, next page", pipeline.ListFilter{AllTenants: true, Statuses: []pipeline.Status{pipeline.StatusPending}, After: after}, "jobs_status", false},
 		{"operators, needing action", pipeline.ListFilter{AllTenants: true, RequiresAction: true, Version: "v1"}, "jobs_attention", true},
+		{"operators, needing action, next page", pipeline.ListFilter{AllTenants: true, RequiresAction: true, After: after}, "jobs_attention", true},
+		{"operators, needing action, two statuses, an age", pipeline.ListFilter{AllTenants: true, RequiresAction: true, After: after,
+			CreatedAfter: time.UnixMilli(1), Statuses: []pipeline.Status{pipeline.StatusNeedsReview, pipeline.StatusDeadLettered}}, "jobs_attention", true},
 		{"operations page, a version between two ages", pipeline.ListFilter{AllTenants: true, Version: "v2",
 			CreatedAfter: time.UnixMilli(1), CreatedBefore: time.UnixMilli(9)}, "jobs_created", false},
 		{"tenant", pipeline.ListFilter{Tenant: "t"}, "jobs_tenant_created", false},
 		{"tenant, next page, one status", pipeline.ListFilter{Tenant: "t", After: after, Statuses: []pipeline.Status{pipeline.StatusFailed}}, "jobs_tenant_created", false},
+		{"tenant, next page, two statuses", pipeline.ListFilter{Tenant: "t", After: after,
+			Statuses: []pipeline.Status{pipeline.StatusFailed, pipeline.StatusCanceled}}, "jobs_tenant_created", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.f.Limit = 50
