@@ -946,3 +946,74 @@ func testDeadLetterReads(t *testing.T, h *Harness) {
 		t.Fatalf("all dead letters %+v, %v; want 3", every, err)
 	}
 }
+
+// The operators' listing (every tenant) is newest first by (created_at,
+// internal key), and its cursor carries the internal key: paged at every
+// size, alone and filtered by one status or by needing action, it gives
+// exactly the full listing, through ties on created_at whose instance ids
+// sort the other way round from their keys and repeat across tenants.
+func testListJobsOperatorsCursor(t *testing.T, h *Harness) {
+	t.Parallel()
+	clock := pipeline.NewManualClock(t0)
+	s := h.open(t, clock)
+	type row struct{ key, instance, tenant string }
+	mk := func(r row, deadLetter bool) {
+		t.Helper()
+		nj := newJob(r.key)
+		nj.InstanceID, nj.Tenant, nj.IdempotencyKey = r.instance, r.tenant, "key-"+r.key
+		if deadLetter {
+			nj.Queue, nj.DeadLetterReason, nj.DeadLetterQueue = "", pipeline.ReasonUnboundVersion, "render-v1"
+		}
+		mustCreate(t, s, nj)
+	}
+	// At t0, five jobs: keys a..e, instance ids in the opposite order, two
+	// tenants sharing instance ids; b and d dead-lettered (needing action).
+	for i, r := range []row{{"v1-a", "v1-5", "acme"}, {"v1-c", "v1-3", "globex"}, {"v1-e", "v1-1", "acme"},
+		{"v1-b", "v1-4", "globex"}, {"v1-d", "v1-1", "globex"}} {
+		mk(r, i >= 3)
+	}
+	clock.Advance(time.Millisecond)
+	mk(row{"v1-f", "v1-0", "acme"}, true)
+	mk(row{"v1-0", "v1-9", "acme"}, false)
+	clock.Advance(time.Second)
+	mk(row{"v1-g", "v1-8", "globex"}, false)
+
+	for _, tc := range []struct {
+		name string
+		f    pipeline.ListFilter
+		want []string
+	}{
+		{"every job", pipeline.ListFilter{AllTenants: true}, []string{"v1-g", "v1-f", "v1-0", "v1-e", "v1-d", "v1-c", "v1-b", "v1-a"}},
+		{"pending", pipeline.ListFilter{AllTenants: true, Statuses: []pipeline.Status{pipeline.StatusPending}},
+			[]string{"v1-g", "v1-0", "v1-e", "v1-c", "v1-a"}},
+		{"needing action", pipeline.ListFilter{AllTenants: true, RequiresAction: true}, []string{"v1-f", "v1-d", "v1-b"}},
+	} {
+		js, next := mustList(t, s, tc.f)
+		if got := jobIDs(js); !slices.Equal(got, tc.want) || next != (pipeline.Cursor{}) {
+			t.Fatalf("%s: %v next %+v, want %v and no cursor", tc.name, got, next, tc.want)
+		}
+		for limit := 1; limit <= len(tc.want)+1; limit++ {
+			f := tc.f
+			f.Limit = limit
+			var got []string
+			for page := 0; ; page++ {
+				if page > len(tc.want) {
+					t.Fatalf("%s, limit %d: more than %d pages (cursor not advancing?)", tc.name, limit, len(tc.want))
+				}
+				js, next := mustList(t, s, f)
+				got = append(got, jobIDs(js)...)
+				if next == (pipeline.Cursor{}) {
+					break
+				}
+				last := js[len(js)-1]
+				if want := (pipeline.Cursor{CreatedAtMS: last.CreatedAt.UnixMilli(), ID: last.ID}); next != want {
+					t.Fatalf("%s, limit %d page %d: cursor %+v, want the last row's internal key %+v", tc.name, limit, page, next, want)
+				}
+				f.After = next
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("%s, limit %d: pages gave %v, want %v", tc.name, limit, got, tc.want)
+			}
+		}
+	}
+}

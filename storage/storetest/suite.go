@@ -40,6 +40,7 @@ var suite = []struct {
 	{"ListJobsTenantScope", testListJobsTenantScope},
 	{"ListJobsFilters", testListJobsFilters},
 	{"ListJobsOrderAndCursor", testListJobsOrderAndCursor},
+	{"ListJobsOperatorsCursor", testListJobsOperatorsCursor},
 	{"ListJobsLimitDefaultAndClamp", testListJobsLimitDefaultAndClamp},
 	{"CountByStatus", testCountByStatus},
 	{"CountBilledCallsByStatus", testCountBilledCallsByStatus},
