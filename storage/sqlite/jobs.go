@@ -482,7 +482,11 @@ func listJobsQuery(f pipeline.ListFilter) (string, []any, error) {
 	// created_at terms off their indexes: the planner would otherwise
 	// range-scan jobs_created from a cursor down through every older job,
 	// or read and sort every job of the statuses asked for, to fill a page
-	// of the few in jobs_attention.
+	// of the few in jobs_attention. A unary + also drops the column's
+	// affinity, so the answers stay the same only while these parameters
+	// are bound as they are: statuses as strings, times as int64
+	// milliseconds (a time.Time or a text timestamp would compare
+	// differently on this path alone).
 	status, created := "status", "created_at"
 	if f.RequiresAction {
 		status, created = "+status", "+created_at"

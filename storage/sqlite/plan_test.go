@@ -214,7 +214,7 @@ func TestMetricsCountsReadCoveringIndexes(t *testing.T) {
 
 // Every listing page but one is read in the order of an index, whatever
 // the table holds: a plan that sorts ("USE TEMP B-TREE FOR ORDER BY") reads every
-// matching job for each page — 140-180 ms a page of the operators'
+// matching job for each page — 140-185 ms a page of the operators'
 // listing at 200,000 jobs before migration 0011. The plans are those of
 // a store that was never analyzed, as edgepipe's never is. Sorting the jobs of one
 // created_at by id ("FOR LAST TERM OF ORDER BY") reads only as far as the

@@ -967,7 +967,8 @@ func testListJobsOperatorsCursor(t *testing.T, h *Harness) {
 		mustCreate(t, s, nj)
 	}
 	// At t0, five jobs: keys a..e, instance ids in the opposite order, two
-	// tenants sharing instance ids; b and d dead-lettered (needing action).
+	// tenants sharing instance ids; b and d dead-lettered (needing action,
+	// as f below is).
 	for i, r := range []row{{"v1-a", "v1-5", "acme"}, {"v1-c", "v1-3", "globex"}, {"v1-e", "v1-1", "acme"},
 		{"v1-b", "v1-4", "globex"}, {"v1-d", "v1-1", "globex"}} {
 		mk(r, i >= 3)

@@ -2,7 +2,7 @@
 -- then the id, newest first). The operators' listing across tenants had no
 -- index in that order, and a status-filtered listing only the bare status
 -- index: each page read and sorted every matching job — at 200,000 jobs
--- 140-180 ms a page, growing with the table. Postgres has had jobs_created
+-- 140-185 ms a page, growing with the table. Postgres has had jobs_created
 -- since its first migration.
 --
 -- The keys stop at created_at: a page sorts only the jobs that share one
