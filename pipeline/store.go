@@ -120,6 +120,24 @@ type Cursor struct {
 	ID string
 }
 
+// Page cuts a listing read with one row more than f.Limit (a store asks
+// for Limit+1 so that it knows whether another page follows) to its page,
+// and returns the cursor of the next page: zero when there is none, else
+// the last job's creation time and the id f's listing pages by (see
+// Cursor).
+func (f ListFilter) Page(jobs []Job) ([]Job, Cursor) {
+	if len(jobs) <= f.Limit {
+		return jobs, Cursor{}
+	}
+	jobs = jobs[:f.Limit]
+	last := jobs[len(jobs)-1]
+	next := Cursor{CreatedAtMS: last.CreatedAt.UnixMilli(), ID: last.InstanceID}
+	if f.AllTenants {
+		next.ID = last.ID
+	}
+	return jobs, next
+}
+
 // Claimed is a job a worker now holds a lease on. Job carries what an
 // attempt reads: its keys (ID, InstanceID, Tenant, Operation, Version,
 // Queue), Status (running), the claim's lease (AttemptID, Attempts,

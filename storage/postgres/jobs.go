@@ -422,15 +422,7 @@ func (s *Store) ListJobs(ctx context.Context, f pipeline.ListFilter) ([]pipeline
 	if err != nil {
 		return nil, pipeline.Cursor{}, err
 	}
-	var next pipeline.Cursor
-	if len(jobs) > f.Limit {
-		jobs = jobs[:f.Limit]
-		last := jobs[len(jobs)-1]
-		next = pipeline.Cursor{CreatedAtMS: ms(last.CreatedAt), ID: last.InstanceID}
-		if f.AllTenants {
-			next.ID = last.ID
-		}
-	}
+	jobs, next := f.Page(jobs)
 	return jobs, next, nil
 }
 

@@ -188,24 +188,7 @@ func TestMetricsCountsReadCoveringIndexes(t *testing.T) {
 	t.Parallel()
 	s := openTest(t, "", nil)
 	for q, index := range map[string]string{qCountByStatus: "jobs_status", qCountBilledCalls: "provider_calls_status_op"} {
-		rows, err := s.read.Query("EXPLAIN QUERY PLAN " + q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var plan []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, detail)
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		rows.Close()
-		joined := strings.Join(plan, " | ")
+		joined := readPlan(t, s, q)
 		if !strings.Contains(joined, "COVERING INDEX "+index) {
 			t.Errorf("%s\nplan: %s", strings.Join(strings.Fields(q), " "), joined)
 		}
@@ -251,28 +234,35 @@ func TestListingsReadInIndexOrder(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rows, err := s.read.Query("EXPLAIN QUERY PLAN "+q, args...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rows.Close()
-			var plan []string
-			for rows.Next() {
-				var id, parent, unused int
-				var detail string
-				if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-					t.Fatal(err)
-				}
-				plan = append(plan, detail)
-			}
-			if err := rows.Err(); err != nil {
-				t.Fatal(err)
-			}
-			joined := strings.Join(plan, " | ")
+			joined := readPlan(t, s, q, args...)
 			fullSort := strings.Contains(joined, "TEMP B-TREE FOR ORDER BY") && !tc.sorted
 			if fullSort || !strings.Contains(joined, "INDEX "+tc.index+" ") && !strings.HasSuffix(joined, "INDEX "+tc.index) {
 				t.Errorf("want the page read in %s's order\nplan: %s", tc.index, joined)
 			}
 		})
 	}
+}
+
+// readPlan is EXPLAIN QUERY PLAN of q with args on the read pool, its
+// lines joined by " | ".
+func readPlan(t *testing.T, s *Store, q string, args ...any) string {
+	t.Helper()
+	rows, err := s.read.Query("EXPLAIN QUERY PLAN "+q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(plan, " | ")
 }
