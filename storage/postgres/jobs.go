@@ -163,13 +163,16 @@ func validateNewJob(nj pipeline.NewJob) error {
 
 // qCreateQueued inserts a job that goes to a queue, its created event and
 // its message in one statement, so a group of submissions is one pipelined
-// round trip. ON CONFLICT DO NOTHING without a target makes every unique
-// index of jobs an arbiter: a concurrent submission with the same
-// idempotency key, the same instance id of the tenant or the same job key
-// waits for the first and inserts nothing (never a unique violation, which
-// would abort a group commit's whole transaction); the caller then tells
-// which from the winner (notInserted), the key first, as storage/sqlite
-// does. The arbiters are found through the unique indexes themselves, so
+// round trip. The job's keys are arbitrated by its key row (job_keys,
+// migration 0007, written by jobs' insert trigger), and the statement first
+// tells the trigger to skip a job whose key is held rather than raise
+// (skipKeyConflicts): a concurrent submission with the same idempotency
+// key, the same instance id of the tenant or the same job key waits for
+// the first and inserts nothing (never a unique violation, which would
+// abort a group commit's whole transaction), as ON CONFLICT DO NOTHING
+// does for jobs' primary key; the caller then tells which from the winner
+// (notInserted), the key first, as storage/sqlite does. The arbiters are
+// found through job_keys' unique indexes themselves, so
 // the cost of a submission does not depend on how many jobs the tenant
 // has. (An earlier "WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE tenant = $2
 // AND instance_id = $12)" was free to use the non-unique jobs_tenant_created
@@ -179,7 +182,9 @@ func validateNewJob(nj pipeline.NewJob) error {
 const qCreateQueued = `WITH ins AS (
 	INSERT INTO jobs (id, tenant, operation, idempotency_key, request_fingerprint, input_json, workflow_version,
 		queue, status, status_changed_at, created_at, updated_at, webhook_url, instance_id, trace_parent)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $9, $9, $10, $12, $13)
+	SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::text, 'pending',
+		$9::bigint, $9::bigint, $9::bigint, $10::text, $12::text, $13::text
+	FROM ` + skipKeyConflicts + `
 	ON CONFLICT DO NOTHING
 	RETURNING id),
 ev AS (
@@ -189,6 +194,15 @@ msg AS (
 	INSERT INTO queue_messages (queue, job_id, enqueued_at, visible_at)
 	SELECT $8, id, $9, $9 FROM ins)
 SELECT count(*) FROM ins`
+
+// skipKeyConflicts is a one-row FROM item that, before the statement
+// inserts its first job, tells jobs' insert trigger (migration 0007) to
+// skip a job whose key another job holds instead of raising
+// unique_violation, for the rest of the transaction: the store answers
+// such a submission itself (notInserted). Set in the statement, not on
+// the connection, so that it holds through a transaction-pooling proxy.
+// set_config is volatile, so the planner neither drops nor defers it.
+const skipKeyConflicts = `(SELECT set_config('edgepipe.key_conflict', 'skip', true)) AS skip_key_conflicts`
 
 func createdDetail(nj pipeline.NewJob) string {
 	b, _ := json.Marshal(map[string]any{"version": nj.Version, "queue": nj.Queue})
@@ -224,8 +238,9 @@ func (s *Store) createJobTx(ctx context.Context, tx pgx.Tx, now int64, nj pipeli
 // findByKey resolves a submission whose key is already used: the existing
 // job when the fingerprints match, ErrIdempotencyReused otherwise.
 func findByKey(ctx context.Context, q dbtx, nj pipeline.NewJob) (pipeline.Job, bool, error) {
-	existing, err := scanJob(q.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs
-		WHERE tenant = $1 AND operation = $2 AND idempotency_key = $3`, nj.Tenant, nj.Operation, nj.IdempotencyKey))
+	existing, err := scanJob(q.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id =
+		(SELECT job_id FROM job_keys WHERE tenant = $1 AND operation = $2 AND idempotency_key = $3)`,
+		nj.Tenant, nj.Operation, nj.IdempotencyKey))
 	if err != nil {
 		return pipeline.Job{}, false, err
 	}
@@ -257,7 +272,7 @@ func notInserted(ctx context.Context, q dbtx, nj pipeline.NewJob, later func(id 
 		return j, created, err
 	}
 	var holder string
-	err = q.QueryRow(ctx, `SELECT id FROM jobs WHERE tenant = $1 AND instance_id = $2`, nj.Tenant, nj.InstanceID).Scan(&holder)
+	err = q.QueryRow(ctx, `SELECT job_id FROM job_keys WHERE tenant = $1 AND instance_id = $2`, nj.Tenant, nj.InstanceID).Scan(&holder)
 	switch {
 	case err == nil && !later(holder):
 		return pipeline.Job{}, false, fmt.Errorf("%w: instance id %s is taken", pipeline.ErrAlreadyExists, nj.InstanceID)
@@ -301,8 +316,10 @@ func (s *Store) createDeadLetteredTx(ctx context.Context, tx pgx.Tx, now int64, 
 	err := tx.QueryRow(ctx, `INSERT INTO jobs (id, tenant, operation, idempotency_key, request_fingerprint,
 		input_json, workflow_version, queue, status, status_changed_at, created_at, updated_at, webhook_url,
 		last_error_class, last_error_code, last_error_message, requires_action, instance_id, trace_parent)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'dead_lettered', $9, $9, $9, $10, $11, $12, $13, 1, $14, $15)
-		ON CONFLICT DO NOTHING RETURNING id`, // as qCreateQueued: every unique index arbitrates
+		SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::text, 'dead_lettered',
+			$9::bigint, $9::bigint, $9::bigint, $10::text, $11::text, $12::text, $13::text, 1, $14::text, $15::text
+		FROM `+skipKeyConflicts+`
+		ON CONFLICT DO NOTHING RETURNING id`, // as qCreateQueued: the key row and the primary key arbitrate
 		nj.ID, nj.Tenant, nj.Operation, nj.IdempotencyKey, nj.RequestFingerprint, string(nj.Input),
 		nj.Version, nj.Queue, now, nj.WebhookURL,
 		pipeline.DeadLetterClass(nj.DeadLetterReason), nj.DeadLetterReason, pipeline.DeadLetterMessage(nj.DeadLetterReason), nj.InstanceID, nullString(nj.TraceParent)).Scan(&id)
@@ -350,12 +367,16 @@ func (s *Store) GetJob(ctx context.Context, id string) (pipeline.Job, error) {
 }
 
 // GetTenantJob returns tenant's job by its instance id (the unique index
-// jobs_tenant_instance). Instance ids are unique per tenant, so another
+// job_keys_tenant_instance). Instance ids are unique per tenant, so another
 // tenant's job with the same id is simply not this tenant's: the answer is
 // exactly that of a missing one.
 func (s *Store) GetTenantJob(ctx context.Context, tenant, instanceID string) (pipeline.Job, error) {
-	return scanJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE tenant = $1 AND instance_id = $2`, tenant, instanceID))
+	return scanJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = `+qTenantJobID, tenant, instanceID))
 }
+
+// qTenantJobID is the internal key of tenant $1's job $2, read from the
+// job's key row (migration 0007): jobs itself has no index on its keys.
+const qTenantJobID = `(SELECT job_id FROM job_keys WHERE tenant = $1 AND instance_id = $2)`
 
 // planEachCall runs a listing as an unnamed statement, planned with its
 // values on every call, instead of as a cached prepared statement (pgx's

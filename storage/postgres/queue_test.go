@@ -119,7 +119,7 @@ func TestSettlePlanWithoutStatistics(t *testing.T) {
 // generic plan a connection caches while the table is (nearly) empty did:
 // from then on each of its submissions read the tenant's whole range (3.7
 // ms each at 5,000 jobs). Now the unique indexes themselves arbitrate (ON
-// CONFLICT DO NOTHING). The test prepares the statement on an empty store
+// CONFLICT DO NOTHING, in jobs' insert trigger on job_keys since 0007). The test prepares the statement on an empty store
 // as a worker's connection does, runs it there generically once, stores
 // 20,000 jobs of the tenant, and then explains the cached plan.
 func TestCreatePlanWithoutStatistics(t *testing.T) {
@@ -165,10 +165,11 @@ func TestCreatePlanWithoutStatistics(t *testing.T) {
 	if err := tx.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = 'create_cached'`).Scan(&genericPlans, &customPlans); err != nil || genericPlans != 2 || customPlans != 0 {
 		t.Fatalf("the statement ran %d generic and %d custom plans (%v), want two generic ones", genericPlans, customPlans, err)
 	}
-	// An insert descends each of the nine indexes of jobs, two of
-	// job_events and three of queue_messages, a few pages each (34
-	// buffers in all); the old statement read 152, 124 of them the
-	// tenant's range in jobs_tenant_created.
+	// An insert descends the indexes of jobs, the three of job_keys
+	// (through jobs' insert trigger), two of job_events and three of
+	// queue_messages, a few pages each (34 buffers in all before job_keys);
+	// the old statement read 152, 124 of them the tenant's range in
+	// jobs_tenant_created.
 	root := plans[0].Plan
 	if read := root.Hits + root.Misses; read > 100 {
 		var where []string

@@ -111,7 +111,8 @@ func describe(ctx context.Context, tx pgx.Tx, count bool) (pipeline.TransferStor
 	rows, err := tx.Query(ctx, `SELECT c.table_name, c.column_name, c.data_type
 		FROM information_schema.columns c
 		JOIN information_schema.tables t ON t.table_schema = c.table_schema AND t.table_name = c.table_name
-		WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE' AND c.table_name <> 'schema_migrations'
+		WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'
+		  AND c.table_name NOT IN ('schema_migrations', 'job_keys')
 		ORDER BY c.table_name, c.ordinal_position`)
 	if err != nil {
 		return d, nil, fmt.Errorf("postgres: describe: %w", translate(err))
@@ -193,9 +194,10 @@ const importBatch = 1000
 // keeps the given values of identity columns), then sets every id sequence
 // past both the source's value and the largest imported id, so SSE cursors
 // and dead-letter ids stay valid and no id is handed out twice. Inserting
-// the rows as they are trips no trigger: the triggers guard updates,
-// deletes and truncation, and an insert of a job in its final status is
-// none of them. The tables are locked for the transaction: no other
+// the rows as they are trips no guard: the guards refuse updates, deletes
+// and truncation, and an insert of a job in its final status is none of
+// them. Each job's key row (job_keys, which export leaves out: it is made
+// from the job's own columns) is written by jobs' insert trigger. The tables are locked for the transaction: no other
 // process writes while the import runs.
 func (s *Store) ImportRows(ctx context.Context, p *pipeline.ImportParams) error {
 	tx, err := s.pool.Begin(ctx)

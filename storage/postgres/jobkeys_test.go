@@ -1,0 +1,173 @@
+//go:build postgres
+
+package postgres
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"edgepipe/pipeline"
+)
+
+// A job's keys live in job_keys (migration 0007), not in unique indexes of
+// jobs. These tests hold the database to what the unique indexes
+// guaranteed, through a connection of their own (not the store's): every
+// job has its key row and it agrees with the job; a key is held by one
+// job; the keys of a job never change; a key row never dangles.
+
+// rawInsertJob inserts a queued job by hand, without ON CONFLICT.
+func rawInsertJob(ctx context.Context, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, id, tenant, instanceID, key string) (pgconn.CommandTag, error) {
+	return q.Exec(ctx, `INSERT INTO jobs (id, instance_id, tenant, operation, idempotency_key,
+		request_fingerprint, input_json, workflow_version, queue, status, status_changed_at, created_at, updated_at)
+		VALUES ($1, $2, $3, 'render_video', $4, 'fp', '{}', 'v1', 'render-v1', 'pending', 0, 0, 0)`, id, instanceID, tenant, key)
+}
+
+func sqlState(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+func TestJobKeysGuardJobs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := newDatabase(t)
+	s := openTest(t, url, nil)
+	raw := rawPostgres(t, url).(*rawDB).conn
+	if _, _, err := s.CreateJob(ctx, pipeline.NewJob{ID: "v1-a", InstanceID: "a", Tenant: "alice", Operation: "render_video",
+		IdempotencyKey: "k1", RequestFingerprint: "fp", Version: "v1", Queue: "render-v1"}); err != nil {
+		t.Fatal(err)
+	}
+	var tenant, op, key, inst string
+	if err := raw.QueryRow(ctx, `SELECT tenant, operation, idempotency_key, instance_id FROM job_keys WHERE job_id = 'v1-a'`).
+		Scan(&tenant, &op, &key, &inst); err != nil {
+		t.Fatalf("the store's job has no key row: %v", err)
+	}
+	if tenant != "alice" || op != "render_video" || key != "k1" || inst != "a" {
+		t.Fatalf("key row %q %q %q %q, want the job's alice render_video k1 a", tenant, op, key, inst)
+	}
+
+	// A writer that skips the store: a held key is a unique violation, as
+	// it was when jobs' own unique indexes refused it.
+	for _, tc := range []struct {
+		name, id, tenant, inst, key, state string
+	}{
+		{"held idempotency key", "raw-1", "alice", "b", "k1", "23505"},
+		{"held instance id", "raw-2", "alice", "a", "k2", "23505"},
+		{"held job key", "v1-a", "bob", "c", "k3", "23505"},
+		{"free keys", "raw-3", "alice", "d", "k4", ""},
+		{"another tenant's same keys", "raw-4", "bob", "a", "k1", ""},
+	} {
+		_, err := rawInsertJob(ctx, raw, tc.id, tc.tenant, tc.inst, tc.key)
+		if got := sqlState(err); got != tc.state || (tc.state == "" && err != nil) {
+			t.Fatalf("%s: insert: %v (SQLSTATE %q), want SQLSTATE %q", tc.name, err, got, tc.state)
+		}
+	}
+	// Skipping instead of raising is the inserting transaction's choice,
+	// and holds for that transaction only.
+	tx, err := raw.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT set_config('edgepipe.key_conflict', 'skip', true)`); err != nil {
+		t.Fatal(err)
+	}
+	if tag, err := rawInsertJob(ctx, tx, "raw-5", "alice", "e", "k1"); err != nil || tag.RowsAffected() != 0 {
+		t.Fatalf("held key with skip: %v, %d rows, want none and no error", err, tag.RowsAffected())
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rawInsertJob(ctx, raw, "raw-6", "alice", "f", "k1"); sqlState(err) != "23505" {
+		t.Fatalf("held key after that transaction: %v, want a unique violation", err)
+	}
+	var jobs, keys, agree int
+	if err := raw.QueryRow(ctx, `SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM job_keys),
+		(SELECT count(*) FROM jobs j JOIN job_keys k ON k.job_id = j.id AND k.tenant = j.tenant
+			AND k.operation = j.operation AND k.idempotency_key = j.idempotency_key AND k.instance_id = j.instance_id)`).
+		Scan(&jobs, &keys, &agree); err != nil {
+		t.Fatal(err)
+	}
+	if jobs != 3 || keys != 3 || agree != 3 {
+		t.Fatalf("%d jobs, %d key rows, %d agreeing, want 3 of each", jobs, keys, agree)
+	}
+
+	// The keys of a job never change; key rows are never changed or
+	// removed; a key row of no job is refused when its transaction commits.
+	for _, q := range []string{
+		`UPDATE jobs SET tenant = 'mallory' WHERE id = 'v1-a'`,
+		`UPDATE jobs SET instance_id = 'z' WHERE id = 'v1-a'`,
+		`UPDATE jobs SET idempotency_key = 'z' WHERE id = 'v1-a'`,
+		`UPDATE jobs SET operation = 'z' WHERE id = 'v1-a'`,
+		`UPDATE job_keys SET idempotency_key = 'z' WHERE job_id = 'v1-a'`,
+		`DELETE FROM job_keys WHERE job_id = 'v1-a'`,
+		`TRUNCATE job_keys`,
+		`INSERT INTO job_keys (job_id, tenant, operation, idempotency_key, instance_id) VALUES ('nobody', 'alice', 'op', 'k9', 'x9')`,
+	} {
+		if _, err := raw.Exec(ctx, q); err == nil {
+			t.Fatalf("%s: accepted", q)
+		}
+	}
+	// The control: an update that leaves the keys as they are is taken.
+	if _, err := raw.Exec(ctx, `UPDATE jobs SET tenant = tenant, stage = 'x' WHERE id = 'v1-a'`); err != nil {
+		t.Fatalf("update keeping the keys: %v", err)
+	}
+}
+
+// A database migrated before 0007 gets a key row for every job it holds,
+// and its keys stay held.
+func TestJobKeysMigration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := newDatabase(t)
+	raw := rawPostgres(t, url).(*rawDB).conn
+	ms, err := loadMigrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(ctx, `CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.Version >= 7 {
+			break
+		}
+		if _, err := raw.Exec(ctx, m.SQL, pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatalf("%s: %v", m.Name, err)
+		}
+		if _, err := raw.Exec(ctx, `INSERT INTO schema_migrations VALUES ($1, $2, 0)`, m.Version, m.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, j := range [][3]string{{"v1-old1", "alice", "k1"}, {"v1-old2", "bob", "k1"}} {
+		if _, err := rawInsertJob(ctx, raw, j[0], j[1], "x", j[2]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := openTest(t, url, nil)
+	var keys int
+	if err := raw.QueryRow(ctx, `SELECT count(*) FROM job_keys k JOIN jobs j ON j.id = k.job_id AND j.tenant = k.tenant
+		AND j.idempotency_key = k.idempotency_key AND j.instance_id = k.instance_id`).Scan(&keys); err != nil || keys != 2 {
+		t.Fatalf("%d agreeing key rows after the migration (%v), want 2", keys, err)
+	}
+	got, created, err := s.CreateJob(ctx, pipeline.NewJob{ID: "v1-new", InstanceID: "y", Tenant: "alice", Operation: "render_video",
+		IdempotencyKey: "k1", RequestFingerprint: "fp", Version: "v1", Queue: "render-v1"})
+	if err != nil || created || got.ID != "v1-old1" {
+		t.Fatalf("replay of an old job's key: %s created=%v %v, want v1-old1 found", got.ID, created, err)
+	}
+	if _, _, err := s.CreateJob(ctx, pipeline.NewJob{ID: "v1-new", InstanceID: "x", Tenant: "bob", Operation: "render_video",
+		IdempotencyKey: "k2", RequestFingerprint: "fp", Version: "v1", Queue: "render-v1"}); !errors.Is(err, pipeline.ErrAlreadyExists) {
+		t.Fatalf("an old job's instance id: %v, want ErrAlreadyExists", err)
+	}
+	if j, err := s.GetTenantJob(ctx, "bob", "x"); err != nil || j.ID != "v1-old2" {
+		t.Fatalf("bob's x: %s %v, want v1-old2", j.ID, err)
+	}
+}
