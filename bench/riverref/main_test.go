@@ -198,3 +198,31 @@ func TestProcTimes(t *testing.T) {
 }
 
 var spin int
+
+// threadsCPU reads this process's own threads, and counts the CPU it just
+// spent to within well under a tick, where /proc/<pid>/stat moves in 10 ms
+// steps.
+func TestThreadsCPU(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/proc/self/task"); err != nil {
+		t.Skip("no /proc")
+	}
+	before, err := threadsCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	spin := time.Now()
+	for x := 0; time.Since(spin) < 3*time.Millisecond; x++ {
+		_ = x * x
+	}
+	after, err := threadsCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := after - before; d < time.Millisecond || d%clockTick == 0 {
+		t.Fatalf("3 ms of spinning counted as %v, want at least 1 ms and not a whole number of ticks", d)
+	}
+	if _, err := threadsCPU(-1); err == nil {
+		t.Fatal("threadsCPU of no process: no error")
+	}
+}

@@ -163,6 +163,8 @@ func pgBurnDown(ctx context.Context, pc *PGConfig, side pgSide, procs int) (burn
 	if err != nil {
 		return res, err
 	}
+	// The workers' start-up (connecting, migrating) is not the burn-down's.
+	startCPU, startOK := workersCPU(children)
 	start := time.Now()
 	for _, c := range children {
 		if _, err := io.WriteString(c.stdin, "go\n"); err != nil {
@@ -185,6 +187,8 @@ func pgBurnDown(ctx context.Context, pc *PGConfig, side pgSide, procs int) (burn
 		}
 	}
 	res.workerCPU, res.workersOK = workersCPU(children)
+	res.workerCPU -= startCPU
+	res.workersOK = res.workersOK && startOK
 	stopChildren(children)
 	stopped = true
 	res.dbCPU, res.dbCPUok = server.used(ctx)
