@@ -160,23 +160,41 @@ func isPostgres(pid int) bool {
 	return err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), "postgres")
 }
 
-// workersCPU is the CPU time the worker processes have spent so far,
-// from the scheduler's nanosecond count of each of their threads
-// (threadsCPU), or else in /proc/<pid>/stat's 10 ms ticks: a cheap side's
-// small burn-down (300 jobs at 15 µs each) can take less than one tick, and
-// the tick count then says it cost nothing.
-func workersCPU(children []*child) (time.Duration, bool) {
+// workersCPU is the CPU time the worker processes have spent so far:
+// with precise, from the scheduler's nanosecond count of each of their
+// threads (threadsCPU), else from /proc/<pid>/stat's 10 ms ticks. A cheap
+// side's small burn-down (300 jobs at 15 µs each) can take less than one
+// tick, and the tick count then says it cost nothing; the two readings of
+// a burn-down use one source (preciseCPU), so their difference is in one
+// unit.
+func workersCPU(children []*child, precise bool) (time.Duration, bool) {
 	var total time.Duration
 	for _, c := range children {
-		self, err := threadsCPU(c.cmd.Process.Pid)
+		var self time.Duration
+		var err error
+		if precise {
+			self, err = threadsCPU(c.cmd.Process.Pid)
+		} else {
+			self, _, _, err = procTimes(c.cmd.Process.Pid)
+		}
 		if err != nil {
-			if self, _, _, err = procTimes(c.cmd.Process.Pid); err != nil {
-				return 0, false
-			}
+			return 0, false
 		}
 		total += self
 	}
 	return total, true
+}
+
+// preciseCPU says whether threadsCPU can measure every child: a process
+// that has started has run for more than 0 ns, so a kernel whose schedstat
+// says 0 (scheduler statistics off) cannot.
+func preciseCPU(children []*child) bool {
+	for _, c := range children {
+		if d, err := threadsCPU(c.cmd.Process.Pid); err != nil || d <= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // threadsCPU sums the time on a CPU of every live thread of pid, from

@@ -55,7 +55,8 @@ func TestRunPGMatrix(t *testing.T) {
 		// The server is on this machine (scripts/postgres.sh): its
 		// backends' and the workers' CPU time can be read from /proc, and
 		// claiming and settling 300 jobs costs each side more than
-		// nothing (µs a job, in steps of one 10 ms tick over 300 jobs).
+		// nothing (the database's in steps of one 10 ms tick over 300
+		// jobs, the workers' in nanoseconds where schedstat has them).
 		if _, err := os.Stat("/proc/self/stat"); err != nil {
 			continue
 		}

@@ -4,7 +4,9 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -57,18 +59,24 @@ func TestJobKeysGuardJobs(t *testing.T) {
 
 	// A writer that skips the store: a held key is a unique violation, as
 	// it was when jobs' own unique indexes refused it.
+	// The refusal says which key and which job holds it.
 	for _, tc := range []struct {
-		name, id, tenant, inst, key, state string
+		name, id, tenant, inst, key, constraint, says string
 	}{
-		{"held idempotency key", "raw-1", "alice", "b", "k1", "23505"},
-		{"held instance id", "raw-2", "alice", "a", "k2", "23505"},
-		{"held job key", "v1-a", "bob", "c", "k3", "23505"},
-		{"free keys", "raw-3", "alice", "d", "k4", ""},
-		{"another tenant's same keys", "raw-4", "bob", "a", "k1", ""},
+		{"held idempotency key", "raw-1", "alice", "b", "k1", "job_keys_idempotency", "raw-1's idempotency key is held by job v1-a"},
+		{"held instance id", "raw-2", "alice", "a", "k2", "job_keys_tenant_instance", "raw-2's instance id is held by job v1-a"},
+		{"held job key", "v1-a", "bob", "c", "k3", "job_keys_pkey", "v1-a's job key is held by job v1-a"},
+		{"free keys", "raw-3", "alice", "d", "k4", "", ""},
+		{"another tenant's same keys", "raw-4", "bob", "a", "k1", "", ""},
 	} {
 		_, err := rawInsertJob(ctx, raw, tc.id, tc.tenant, tc.inst, tc.key)
-		if got := sqlState(err); got != tc.state || (tc.state == "" && err != nil) {
-			t.Fatalf("%s: insert: %v (SQLSTATE %q), want SQLSTATE %q", tc.name, err, got, tc.state)
+		var pe *pgconn.PgError
+		switch {
+		case tc.constraint == "" && err != nil:
+			t.Fatalf("%s: insert: %v", tc.name, err)
+		case tc.constraint == "":
+		case !errors.As(err, &pe) || pe.Code != "23505" || pe.ConstraintName != tc.constraint || !strings.Contains(pe.Message, tc.says):
+			t.Fatalf("%s: insert: %v, want a unique violation of %s saying %q", tc.name, err, tc.constraint, tc.says)
 		}
 	}
 	// Skipping instead of raising is the inserting transaction's choice,
@@ -169,5 +177,88 @@ func TestJobKeysMigration(t *testing.T) {
 	}
 	if j, err := s.GetTenantJob(ctx, "bob", "x"); err != nil || j.ID != "v1-old2" {
 		t.Fatalf("bob's x: %s %v, want v1-old2", j.ID, err)
+	}
+}
+
+// Every lookup of a job by its keys reads job_keys' unique indexes and
+// then jobs by its primary key, on a tenant with thousands of jobs:
+// never a scan of jobs, nor the tenant's range of jobs_tenant_created
+// (jobs has no index on its keys since 0007).
+func TestKeyLookupsReadJobKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, newDatabase(t), nil)
+	createQueued(t, s, 3000)
+	if _, err := s.pool.Exec(ctx, `ANALYZE`); err != nil {
+		t.Fatal(err)
+	}
+	id := "v1-001500"
+	for _, tc := range []struct {
+		name, query, keyIndex string
+		args                  []any
+	}{
+		{"findByKey", qJobByKey, "job_keys_idempotency", []any{"acme", "render_video", "key-" + id}},
+		{"notInserted's instance holder", qInstanceHolder, "job_keys_tenant_instance", []any{"acme", id}},
+		{"GetTenantJob", qTenantJob, "job_keys_tenant_instance", []any{"acme", id}},
+		{"lockJob", qTenantJob + ` FOR UPDATE`, "job_keys_tenant_instance", []any{"acme", id}},
+	} {
+		var out []byte
+		if err := s.pool.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+tc.query, tc.args...).Scan(&out); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var plans []struct{ Plan planNode }
+		if err := json.Unmarshal(out, &plans); err != nil || len(plans) != 1 {
+			t.Fatalf("%s: EXPLAIN output: %v", tc.name, err)
+		}
+		var usedKey bool
+		var nodes []string
+		plans[0].Plan.walk(func(n planNode) {
+			nodes = append(nodes, n.Type+" "+n.Relation+" "+n.Index)
+			if n.Index == tc.keyIndex {
+				usedKey = true
+			}
+			if n.Relation == "jobs" && n.Index != "jobs_pkey" {
+				t.Errorf("%s: reads jobs by %s %q", tc.name, n.Type, n.Index)
+			}
+		})
+		if !usedKey {
+			t.Errorf("%s: does not use %s: %s", tc.name, tc.keyIndex, strings.Join(nodes, "; "))
+		}
+	}
+	// The lookups find the job (the plans above are of a real answer).
+	if j, err := s.GetTenantJob(ctx, "acme", id); err != nil || j.ID != id {
+		t.Fatalf("GetTenantJob: %s %v", j.ID, err)
+	}
+}
+
+// The store's submissions tell jobs' insert trigger to skip a held key for
+// their own transaction only: on the pool's connection afterwards the
+// setting is gone, and a writer's held key is refused again.
+func TestKeyConflictSkipStaysInItsTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, Config{URL: newDatabase(t), MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	nj := newJob("v1-a")
+	for range 2 { // created, then replayed (the key is held: skipped)
+		if _, _, err := s.CreateJob(ctx, nj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.CreateJobs(ctx, []pipeline.NewJob{newJob("v1-b"), nj}); err != nil {
+		t.Fatal(err)
+	}
+	var setting string
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(current_setting('edgepipe.key_conflict', true), '')`).Scan(&setting); err != nil {
+		t.Fatal(err)
+	}
+	if setting != "" {
+		t.Fatalf("edgepipe.key_conflict is %q on the pool's connection after the submissions, want unset", setting)
+	}
+	if _, err := rawInsertJob(ctx, s.pool, "raw-1", "acme", "raw-1", nj.IdempotencyKey); sqlState(err) != "23505" {
+		t.Fatalf("a held key inserted on the pool's connection: %v, want a unique violation", err)
 	}
 }

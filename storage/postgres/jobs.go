@@ -238,9 +238,7 @@ func (s *Store) createJobTx(ctx context.Context, tx pgx.Tx, now int64, nj pipeli
 // findByKey resolves a submission whose key is already used: the existing
 // job when the fingerprints match, ErrIdempotencyReused otherwise.
 func findByKey(ctx context.Context, q dbtx, nj pipeline.NewJob) (pipeline.Job, bool, error) {
-	existing, err := scanJob(q.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id =
-		(SELECT job_id FROM job_keys WHERE tenant = $1 AND operation = $2 AND idempotency_key = $3)`,
-		nj.Tenant, nj.Operation, nj.IdempotencyKey))
+	existing, err := scanJob(q.QueryRow(ctx, qJobByKey, nj.Tenant, nj.Operation, nj.IdempotencyKey))
 	if err != nil {
 		return pipeline.Job{}, false, err
 	}
@@ -272,7 +270,7 @@ func notInserted(ctx context.Context, q dbtx, nj pipeline.NewJob, later func(id 
 		return j, created, err
 	}
 	var holder string
-	err = q.QueryRow(ctx, `SELECT job_id FROM job_keys WHERE tenant = $1 AND instance_id = $2`, nj.Tenant, nj.InstanceID).Scan(&holder)
+	err = q.QueryRow(ctx, qInstanceHolder, nj.Tenant, nj.InstanceID).Scan(&holder)
 	switch {
 	case err == nil && !later(holder):
 		return pipeline.Job{}, false, fmt.Errorf("%w: instance id %s is taken", pipeline.ErrAlreadyExists, nj.InstanceID)
@@ -371,12 +369,22 @@ func (s *Store) GetJob(ctx context.Context, id string) (pipeline.Job, error) {
 // tenant's job with the same id is simply not this tenant's: the answer is
 // exactly that of a missing one.
 func (s *Store) GetTenantJob(ctx context.Context, tenant, instanceID string) (pipeline.Job, error) {
-	return scanJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = `+qTenantJobID, tenant, instanceID))
+	return scanJob(s.pool.QueryRow(ctx, qTenantJob, tenant, instanceID))
 }
 
-// qTenantJobID is the internal key of tenant $1's job $2, read from the
-// job's key row (migration 0007): jobs itself has no index on its keys.
-const qTenantJobID = `(SELECT job_id FROM job_keys WHERE tenant = $1 AND instance_id = $2)`
+// The lookups of a job by its keys read the job's key row (migration
+// 0007): jobs itself has no index on its keys, and a lookup there would
+// read the table, or the tenant's whole range of jobs_tenant_created
+// (TestKeyLookupsReadJobKeys).
+const (
+	// qInstanceHolder is the internal key of tenant $1's job $2.
+	qInstanceHolder = `SELECT job_id FROM job_keys WHERE tenant = $1 AND instance_id = $2`
+	// qTenantJob is tenant $1's job $2 (lockJob adds FOR UPDATE).
+	qTenantJob = `SELECT ` + jobColumns + ` FROM jobs WHERE id = (` + qInstanceHolder + `)`
+	// qJobByKey is tenant $1's job of operation $2 with idempotency key $3.
+	qJobByKey = `SELECT ` + jobColumns + ` FROM jobs WHERE id =
+		(SELECT job_id FROM job_keys WHERE tenant = $1 AND operation = $2 AND idempotency_key = $3)`
+)
 
 // planEachCall runs a listing as an unnamed statement, planned with its
 // values on every call, instead of as a cached prepared statement (pgx's

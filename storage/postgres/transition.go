@@ -120,7 +120,7 @@ func (s *Store) Release(ctx context.Context, lease pipeline.Lease) error {
 // lockJob reads a job and locks its row until the transaction ends.
 func lockJob(ctx context.Context, tx pgx.Tx, jobID, tenant string) (pipeline.Job, error) {
 	if tenant != "" { // a tenant names its job by instance id (unique per tenant)
-		return scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = `+qTenantJobID+` FOR UPDATE`, tenant, jobID))
+		return scanJob(tx.QueryRow(ctx, qTenantJob+` FOR UPDATE`, tenant, jobID))
 	}
 	return scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1 FOR UPDATE`, jobID))
 }
