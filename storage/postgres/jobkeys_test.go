@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -101,8 +100,7 @@ func TestJobKeysGuardJobs(t *testing.T) {
 	var jobs, keys, agree int
 	if err := raw.QueryRow(ctx, `SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM job_keys),
 		(SELECT count(*) FROM jobs j JOIN job_keys k ON k.job_id = j.id AND k.tenant = j.tenant
-			AND k.operation = j.operation AND k.idempotency_key = j.idempotency_key AND k.instance_id = j.instance_id
-			AND k.created_at = j.created_at)`).
+			AND k.operation = j.operation AND k.idempotency_key = j.idempotency_key AND k.instance_id = j.instance_id)`).
 		Scan(&jobs, &keys, &agree); err != nil {
 		t.Fatal(err)
 	}
@@ -117,11 +115,10 @@ func TestJobKeysGuardJobs(t *testing.T) {
 		`UPDATE jobs SET instance_id = 'z' WHERE id = 'v1-a'`,
 		`UPDATE jobs SET idempotency_key = 'z' WHERE id = 'v1-a'`,
 		`UPDATE jobs SET operation = 'z' WHERE id = 'v1-a'`,
-		`UPDATE jobs SET created_at = created_at + 1 WHERE id = 'v1-a'`,
 		`UPDATE job_keys SET idempotency_key = 'z' WHERE job_id = 'v1-a'`,
 		`DELETE FROM job_keys WHERE job_id = 'v1-a'`,
 		`TRUNCATE job_keys`,
-		`INSERT INTO job_keys (job_id, tenant, operation, idempotency_key, instance_id, created_at) VALUES ('nobody', 'alice', 'op', 'k9', 'x9', 0)`,
+		`INSERT INTO job_keys (job_id, tenant, operation, idempotency_key, instance_id) VALUES ('nobody', 'alice', 'op', 'k9', 'x9')`,
 	} {
 		if _, err := raw.Exec(ctx, q); err == nil {
 			t.Fatalf("%s: accepted", q)
@@ -166,7 +163,7 @@ func TestJobKeysMigration(t *testing.T) {
 	s := openTest(t, url, nil)
 	var keys int
 	if err := raw.QueryRow(ctx, `SELECT count(*) FROM job_keys k JOIN jobs j ON j.id = k.job_id AND j.tenant = k.tenant
-		AND j.idempotency_key = k.idempotency_key AND j.instance_id = k.instance_id AND j.created_at = k.created_at`).Scan(&keys); err != nil || keys != 2 {
+		AND j.idempotency_key = k.idempotency_key AND j.instance_id = k.instance_id`).Scan(&keys); err != nil || keys != 2 {
 		t.Fatalf("%d agreeing key rows after the migration (%v), want 2", keys, err)
 	}
 	got, created, err := s.CreateJob(ctx, pipeline.NewJob{ID: "v1-new", InstanceID: "y", Tenant: "alice", Operation: "render_video",
@@ -263,64 +260,5 @@ func TestKeyConflictSkipStaysInItsTransaction(t *testing.T) {
 	}
 	if _, err := rawInsertJob(ctx, s.pool, "raw-1", "acme", "raw-1", nj.IdempotencyKey); sqlState(err) != "23505" {
 		t.Fatalf("a held key inserted on the pool's connection: %v, want a unique violation", err)
-	}
-}
-
-// A listing page reads job_keys in its index's order and each job by its
-// primary key: the tenant's by job_keys_tenant_created, the operators' by
-// job_keys_created, a next page too (jobs has no index in that order since
-// 0007).
-func TestListingsReadJobKeysInOrder(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := openTest(t, newDatabase(t), nil)
-	createQueued(t, s, 3000)
-	if _, err := s.pool.Exec(ctx, `ANALYZE`); err != nil {
-		t.Fatal(err)
-	}
-	_, tenantNext, err := s.ListJobs(ctx, pipeline.ListFilter{Tenant: "acme", Limit: 50})
-	if err != nil || tenantNext.ID == "" {
-		t.Fatalf("first tenant page: %v, next %+v", err, tenantNext)
-	}
-	_, opsNext, err := s.ListJobs(ctx, pipeline.ListFilter{AllTenants: true, Limit: 50})
-	if err != nil || opsNext.ID == "" {
-		t.Fatalf("first operators' page: %v, next %+v", err, opsNext)
-	}
-	for _, tc := range []struct {
-		name  string
-		f     pipeline.ListFilter
-		index string
-	}{
-		{"tenant", pipeline.ListFilter{Tenant: "acme", Limit: 51}, "job_keys_tenant_created"},
-		{"tenant, next page", pipeline.ListFilter{Tenant: "acme", Limit: 51, After: tenantNext}, "job_keys_tenant_created"},
-		{"operators", pipeline.ListFilter{AllTenants: true, Limit: 51}, "job_keys_created"},
-		{"operators, next page", pipeline.ListFilter{AllTenants: true, Limit: 51, After: opsNext}, "job_keys_created"},
-	} {
-		q, args, err := listJobsQuery(tc.f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []byte
-		if err := s.pool.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+q, args...).Scan(&out); err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		var plans []struct{ Plan planNode }
-		if err := json.Unmarshal(out, &plans); err != nil || len(plans) != 1 {
-			t.Fatalf("%s: EXPLAIN output: %v", tc.name, err)
-		}
-		var ordered bool
-		var nodes []string
-		plans[0].Plan.walk(func(n planNode) {
-			nodes = append(nodes, fmt.Sprintf("%s %s %s rows=%d", n.Type, n.Relation, n.Index, n.Rows))
-			switch {
-			case n.Index == tc.index && n.Rows <= tc.f.Limit+1: // a page and the row that says there is a next
-				ordered = true
-			case n.Type == "Sort", n.Type == "Seq Scan", n.Relation == "jobs" && n.Index != "jobs_pkey":
-				t.Errorf("%s: %s %s %s", tc.name, n.Type, n.Relation, n.Index)
-			}
-		})
-		if !ordered {
-			t.Errorf("%s: does not read %s in order, %d rows at most: %s", tc.name, tc.index, tc.f.Limit+1, strings.Join(nodes, "; "))
-		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"edgepipe/internal/sqlcols"
 	"edgepipe/pipeline"
 )
 
@@ -375,7 +374,8 @@ func (s *Store) GetTenantJob(ctx context.Context, tenant, instanceID string) (pi
 
 // The lookups of a job by its keys read the job's key row (migration
 // 0007): jobs itself has no index on its keys, and a lookup there would
-// read the whole table (TestKeyLookupsReadJobKeys).
+// read the table, or the tenant's whole range of jobs_tenant_created
+// (TestKeyLookupsReadJobKeys).
 const (
 	// qInstanceHolder is the internal key of tenant $1's job $2.
 	qInstanceHolder = `SELECT job_id FROM job_keys WHERE tenant = $1 AND instance_id = $2`
@@ -406,24 +406,7 @@ func (s *Store) ListJobs(ctx context.Context, f pipeline.ListFilter) ([]pipeline
 		f.Limit = 50
 	}
 	f.Limit = min(f.Limit, 500)
-	q, args, err := listJobsQuery(f)
-	if err != nil {
-		return nil, pipeline.Cursor{}, err
-	}
-	jobs, err := collectJobs(s.pool.Query(ctx, q, append([]any{planEachCall}, args...)...))
-	if err != nil {
-		return nil, pipeline.Cursor{}, err
-	}
-	jobs, next := f.Page(jobs)
-	return jobs, next, nil
-}
-
-// listJobsQuery is ListJobs' statement for f (its Limit set) and its
-// arguments. The order is job_keys' (migration 0007: the listings' indexes
-// are there, on columns that never change, so that a job's updates do not
-// write into them); the rest is the job's.
-func listJobsQuery(f pipeline.ListFilter) (string, []any, error) {
-	q := `SELECT ` + listColumns + ` FROM job_keys k JOIN jobs j ON j.id = k.job_id WHERE true`
+	q := `SELECT ` + jobColumns + ` FROM jobs WHERE true`
 	var args []any
 	arg := func(v any) string {
 		args = append(args, v)
@@ -431,44 +414,46 @@ func listJobsQuery(f pipeline.ListFilter) (string, []any, error) {
 	}
 	if !f.AllTenants {
 		if f.Tenant == "" {
-			return "", nil, fmt.Errorf("%w: listing needs a tenant", pipeline.ErrInvalidInput)
+			return nil, pipeline.Cursor{}, fmt.Errorf("%w: listing needs a tenant", pipeline.ErrInvalidInput)
 		}
-		q += ` AND k.tenant = ` + arg(f.Tenant)
+		q += ` AND tenant = ` + arg(f.Tenant)
 	}
 	if len(f.Statuses) > 0 {
 		sts := make([]string, len(f.Statuses))
 		for i, st := range f.Statuses {
 			sts[i] = string(st)
 		}
-		q += ` AND j.status = ANY(` + arg(sts) + `::text[])`
+		q += ` AND status = ANY(` + arg(sts) + `::text[])`
 	}
 	if f.RequiresAction {
-		q += ` AND j.requires_action = 1`
+		q += ` AND requires_action = 1`
 	}
 	if f.Version != "" {
-		q += ` AND j.workflow_version = ` + arg(f.Version)
+		q += ` AND workflow_version = ` + arg(f.Version)
 	}
 	if !f.CreatedBefore.IsZero() {
-		q += ` AND k.created_at <= ` + arg(ms(f.CreatedBefore))
+		q += ` AND created_at <= ` + arg(ms(f.CreatedBefore))
 	}
 	if !f.CreatedAfter.IsZero() {
-		q += ` AND k.created_at >= ` + arg(ms(f.CreatedAfter))
+		q += ` AND created_at >= ` + arg(ms(f.CreatedAfter))
 	}
 	// A tenant's listing pages by instance id (unique per tenant, and the
 	// id the tenant knows); the operators' listing by internal key.
-	idCol := "k.instance_id"
+	idCol := "instance_id"
 	if f.AllTenants {
-		idCol = "k.job_id"
+		idCol = "id"
 	}
 	if f.After.ID != "" {
-		q += ` AND (k.created_at, ` + idCol + `) < (` + arg(f.After.CreatedAtMS) + `::bigint, ` + arg(f.After.ID) + `::text)`
+		q += ` AND (created_at, ` + idCol + `) < (` + arg(f.After.CreatedAtMS) + `::bigint, ` + arg(f.After.ID) + `::text)`
 	}
-	q += ` ORDER BY k.created_at DESC, ` + idCol + ` DESC LIMIT ` + arg(f.Limit+1)
-	return q, args, nil
+	q += ` ORDER BY created_at DESC, ` + idCol + ` DESC LIMIT ` + arg(f.Limit+1)
+	jobs, err := collectJobs(s.pool.Query(ctx, q, append([]any{planEachCall}, args...)...))
+	if err != nil {
+		return nil, pipeline.Cursor{}, err
+	}
+	jobs, next := f.Page(jobs)
+	return jobs, next, nil
 }
-
-// listColumns are jobColumns of the listing's jobs (j).
-var listColumns = sqlcols.Prefixed("j.", jobColumns)
 
 // CountByStatus returns how many jobs are in each status (for /metrics).
 func (s *Store) CountByStatus(ctx context.Context) (map[pipeline.Status]int, error) {

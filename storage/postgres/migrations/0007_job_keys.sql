@@ -1,6 +1,5 @@
--- A job's unique keys, and the listings' order, move off the jobs row into
--- job_keys, a table written once per job and never updated (issue 15's
--- burn-down against River).
+-- A job's unique keys move off the jobs row into job_keys, a table written
+-- once per job and never updated (issue 15's burn-down against River).
 --
 -- Why: a job's status is indexed, so no update that changes it can be HOT,
 -- and every claim, settle, heartbeat and progress write of a job inserts a
@@ -13,11 +12,6 @@
 -- a submission writes 3 more (19 instead of 16). The keys never change
 -- after the insert, so the uniqueness they guard needs checking once, at
 -- the insert: job_keys holds them, and jobs keeps its columns for reading.
--- The same holds for the listings' indexes, on (tenant, created_at,
--- instance_id) and (created_at, id), which never change either: without
--- them on jobs a burn-down spent 66-78 µs a job against 79-82 (20,000
--- jobs, alternating, three runs each). They move to job_keys too, and a
--- listing reads job_keys in that order and each job by its primary key.
 --
 -- How the guarantees stay in the database:
 --   * a job cannot exist without its key row: a BEFORE INSERT trigger on
@@ -31,8 +25,8 @@
 --     (RETURN NULL), so "INSERT INTO jobs … ON CONFLICT DO NOTHING
 --     RETURNING" answers as it did, and a refused submission does not
 --     abort the group commit it rides in;
---   * the key columns and creation time of a job cannot change (a trigger
---     refuses it), so jobs and job_keys cannot disagree;
+--   * the key columns of a job cannot change (a trigger refuses it), so
+--     jobs and job_keys cannot disagree;
 --   * a key row cannot dangle: its job_id references jobs, checked at
 --     commit (the key row is written before its job row);
 --   * a held key refused without skip names itself: the message and the
@@ -49,11 +43,10 @@ CREATE TABLE job_keys (
     tenant          TEXT NOT NULL,
     operation       TEXT NOT NULL,
     idempotency_key TEXT NOT NULL,
-    instance_id     TEXT COLLATE "C" NOT NULL,
-    created_at      BIGINT NOT NULL
+    instance_id     TEXT COLLATE "C" NOT NULL
 );
-INSERT INTO job_keys (job_id, tenant, operation, idempotency_key, instance_id, created_at)
-    SELECT id, tenant, operation, idempotency_key, instance_id, created_at FROM jobs;
+INSERT INTO job_keys (job_id, tenant, operation, idempotency_key, instance_id)
+    SELECT id, tenant, operation, idempotency_key, instance_id FROM jobs;
 -- The indexes and the reference after the copy: each is built or checked
 -- once over the whole table, not row by row.
 ALTER TABLE job_keys ADD PRIMARY KEY (job_id);
@@ -62,10 +55,6 @@ CREATE UNIQUE INDEX job_keys_idempotency ON job_keys (tenant, operation, idempot
 -- Job ids are unique per tenant; every tenant-facing lookup resolves
 -- (tenant, instance_id) here.
 CREATE UNIQUE INDEX job_keys_tenant_instance ON job_keys (tenant, instance_id);
--- A tenant's listing pages by (created_at, instance_id), the operators' by
--- (created_at, job_id), newest first (ListJobs).
-CREATE INDEX job_keys_tenant_created ON job_keys (tenant, created_at, instance_id);
-CREATE INDEX job_keys_created ON job_keys (created_at, job_id);
 -- Checked at commit: the trigger writes a job's key row before its row.
 ALTER TABLE job_keys ADD CONSTRAINT job_keys_job_id_fkey
     FOREIGN KEY (job_id) REFERENCES jobs (id) DEFERRABLE INITIALLY DEFERRED;
@@ -83,8 +72,8 @@ DECLARE
     held   TEXT;
     idx    TEXT;
 BEGIN
-    INSERT INTO job_keys (job_id, tenant, operation, idempotency_key, instance_id, created_at)
-        VALUES (NEW.id, NEW.tenant, NEW.operation, NEW.idempotency_key, NEW.instance_id, NEW.created_at)
+    INSERT INTO job_keys (job_id, tenant, operation, idempotency_key, instance_id)
+        VALUES (NEW.id, NEW.tenant, NEW.operation, NEW.idempotency_key, NEW.instance_id)
         ON CONFLICT DO NOTHING;
     IF FOUND THEN
         RETURN NEW;
@@ -112,13 +101,11 @@ BEGIN
 END $$;
 CREATE TRIGGER jobs_keys BEFORE INSERT ON jobs
     FOR EACH ROW EXECUTE FUNCTION edgepipe_jobs_keys();
-CREATE TRIGGER jobs_keys_frozen BEFORE UPDATE OF id, tenant, operation, idempotency_key, instance_id, created_at ON jobs
+CREATE TRIGGER jobs_keys_frozen BEFORE UPDATE OF id, tenant, operation, idempotency_key, instance_id ON jobs
     FOR EACH ROW WHEN (NEW.id IS DISTINCT FROM OLD.id OR NEW.tenant IS DISTINCT FROM OLD.tenant
         OR NEW.operation IS DISTINCT FROM OLD.operation OR NEW.idempotency_key IS DISTINCT FROM OLD.idempotency_key
-        OR NEW.instance_id IS DISTINCT FROM OLD.instance_id OR NEW.created_at IS DISTINCT FROM OLD.created_at)
-    EXECUTE FUNCTION edgepipe_refuse('a job''s keys and creation time never change');
+        OR NEW.instance_id IS DISTINCT FROM OLD.instance_id)
+    EXECUTE FUNCTION edgepipe_refuse('a job''s keys never change');
 
 DROP INDEX jobs_idempotency;
 DROP INDEX jobs_tenant_instance;
-DROP INDEX jobs_tenant_created;
-DROP INDEX jobs_created;
