@@ -199,9 +199,10 @@ func TestProcTimes(t *testing.T) {
 
 var spin int
 
-// threadsCPU reads this process's own threads, and counts the CPU it just
-// spent to within well under a tick, where /proc/<pid>/stat moves in 10 ms
-// steps.
+// threadsCPU reads this process's own threads, and counts the CPU it
+// spends in nanoseconds, where /proc/<pid>/stat moves in 10 ms steps: spin
+// until it has grown by a millisecond (on a loaded machine the spin may
+// wait for a core, so the deadline is wall time, not the measure).
 func TestThreadsCPU(t *testing.T) {
 	t.Parallel()
 	if _, err := os.Stat("/proc/self/task"); err != nil {
@@ -211,16 +212,25 @@ func TestThreadsCPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spin := time.Now()
-	for x := 0; time.Since(spin) < 3*time.Millisecond; x++ {
-		_ = x * x
+	var d time.Duration
+	for deadline := time.Now().Add(20 * time.Second); d < time.Millisecond; {
+		if time.Now().After(deadline) {
+			t.Fatalf("20 s of spinning counted as %v", d)
+		}
+		for x := 0; x < 100_000; x++ {
+			_ = time.Now()
+		}
+		after, err := threadsCPU(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after < before {
+			t.Fatalf("CPU time went back: %v after %v", after, before)
+		}
+		d = after - before
 	}
-	after, err := threadsCPU(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := after - before; d < time.Millisecond || d%clockTick == 0 {
-		t.Fatalf("3 ms of spinning counted as %v, want at least 1 ms and not a whole number of ticks", d)
+	if d%clockTick == 0 {
+		t.Fatalf("counted %v, a whole number of 10 ms ticks: not the scheduler's nanoseconds", d)
 	}
 	if _, err := threadsCPU(-1); err == nil {
 		t.Fatal("threadsCPU of no process: no error")
