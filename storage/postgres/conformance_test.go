@@ -39,6 +39,19 @@ func openTest(t *testing.T, url string, clock pipeline.Clock) *Store {
 	return s
 }
 
+// openOneConn opens a store on a new database with a pool of one
+// connection, so what its statements leave on the connection (prepared
+// statements, settings) can be read back through s.pool.
+func openOneConn(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), Config{URL: newDatabase(t), MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 func TestStoreConformance(t *testing.T) {
 	testURL(t)
 	storetest.Exercise(t, storetest.Harness{

@@ -237,11 +237,7 @@ func TestKeyLookupsReadJobKeys(t *testing.T) {
 func TestKeyConflictSkipStaysInItsTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := Open(ctx, Config{URL: newDatabase(t), MaxConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openOneConn(t)
 	nj := newJob("v1-a")
 	for range 2 { // created, then replayed (the key is held: skipped)
 		if _, _, err := s.CreateJob(ctx, nj); err != nil {

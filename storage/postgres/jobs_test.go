@@ -18,11 +18,7 @@ import (
 func TestListingsPlannedWithTheirValues(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := Open(ctx, Config{URL: newDatabase(t), MaxConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openOneConn(t)
 	var jobs []pipeline.NewJob
 	for i := range 3 {
 		id := fmt.Sprintf("v1-l%d", i)
