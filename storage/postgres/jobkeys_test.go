@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -115,6 +116,7 @@ func TestJobKeysGuardJobs(t *testing.T) {
 		`UPDATE jobs SET instance_id = 'z' WHERE id = 'v1-a'`,
 		`UPDATE jobs SET idempotency_key = 'z' WHERE id = 'v1-a'`,
 		`UPDATE jobs SET operation = 'z' WHERE id = 'v1-a'`,
+		`UPDATE jobs SET created_at = created_at + 1 WHERE id = 'v1-a'`,
 		`UPDATE job_keys SET idempotency_key = 'z' WHERE job_id = 'v1-a'`,
 		`DELETE FROM job_keys WHERE job_id = 'v1-a'`,
 		`TRUNCATE job_keys`,
@@ -131,9 +133,19 @@ func TestJobKeysGuardJobs(t *testing.T) {
 }
 
 // A database migrated before 0007 gets a key row for every job it holds,
-// and its keys stay held.
+// and its keys stay held; one migrated before 0008 gets each job's
+// creation time into its key row, and its listings read them.
 func TestJobKeysMigration(t *testing.T) {
 	t.Parallel()
+	for _, before := range []int{7, 8} {
+		t.Run(fmt.Sprintf("before %04d", before), func(t *testing.T) {
+			t.Parallel()
+			testJobKeysMigration(t, before)
+		})
+	}
+}
+
+func testJobKeysMigration(t *testing.T, before int) {
 	ctx := context.Background()
 	url := newDatabase(t)
 	raw := rawPostgres(t, url).(*rawDB).conn
@@ -145,7 +157,7 @@ func TestJobKeysMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range ms {
-		if m.Version >= 7 {
+		if m.Version >= before {
 			break
 		}
 		if _, err := raw.Exec(ctx, m.SQL, pgx.QueryExecModeSimpleProtocol); err != nil {
@@ -155,15 +167,19 @@ func TestJobKeysMigration(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, j := range [][3]string{{"v1-old1", "alice", "k1"}, {"v1-old2", "bob", "k1"}} {
+	for i, j := range [][3]string{{"v1-old1", "alice", "k1"}, {"v1-old2", "bob", "k1"}} {
 		if _, err := rawInsertJob(ctx, raw, j[0], j[1], "x", j[2]); err != nil {
+			t.Fatal(err)
+		}
+		// Until 0008 a job's creation time is not a key's.
+		if _, err := raw.Exec(ctx, `UPDATE jobs SET created_at = $1 WHERE id = $2`, 5000+i, j[0]); err != nil {
 			t.Fatal(err)
 		}
 	}
 	s := openTest(t, url, nil)
 	var keys int
 	if err := raw.QueryRow(ctx, `SELECT count(*) FROM job_keys k JOIN jobs j ON j.id = k.job_id AND j.tenant = k.tenant
-		AND j.idempotency_key = k.idempotency_key AND j.instance_id = k.instance_id`).Scan(&keys); err != nil || keys != 2 {
+		AND j.idempotency_key = k.idempotency_key AND j.instance_id = k.instance_id AND j.created_at = k.created_at`).Scan(&keys); err != nil || keys != 2 {
 		t.Fatalf("%d agreeing key rows after the migration (%v), want 2", keys, err)
 	}
 	got, created, err := s.CreateJob(ctx, pipeline.NewJob{ID: "v1-new", InstanceID: "y", Tenant: "alice", Operation: "render_video",
@@ -177,6 +193,23 @@ func TestJobKeysMigration(t *testing.T) {
 	}
 	if j, err := s.GetTenantJob(ctx, "bob", "x"); err != nil || j.ID != "v1-old2" {
 		t.Fatalf("bob's x: %s %v, want v1-old2", j.ID, err)
+	}
+	if _, _, err := s.CreateJob(ctx, pipeline.NewJob{ID: "v1-new", InstanceID: "z", Tenant: "bob", Operation: "render_video",
+		IdempotencyKey: "k3", RequestFingerprint: "fp", Version: "v1", Queue: "render-v1"}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, f := range []pipeline.ListFilter{{AllTenants: true}, {Tenant: "bob"}} {
+		jobs, _, err := s.ListJobs(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range jobs {
+			ids = append(ids, j.ID)
+		}
+	}
+	if want := "v1-new v1-old2 v1-old1 v1-new v1-old2"; strings.Join(ids, " ") != want {
+		t.Fatalf("listings: %s, want %s", strings.Join(ids, " "), want)
 	}
 }
 

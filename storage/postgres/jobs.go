@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
+	"edgepipe/internal/sqlcols"
 	"edgepipe/pipeline"
 )
 
@@ -406,47 +408,10 @@ func (s *Store) ListJobs(ctx context.Context, f pipeline.ListFilter) ([]pipeline
 		f.Limit = 50
 	}
 	f.Limit = min(f.Limit, 500)
-	q := `SELECT ` + jobColumns + ` FROM jobs WHERE true`
-	var args []any
-	arg := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
+	q, args, err := listJobsQuery(f)
+	if err != nil {
+		return nil, pipeline.Cursor{}, err
 	}
-	if !f.AllTenants {
-		if f.Tenant == "" {
-			return nil, pipeline.Cursor{}, fmt.Errorf("%w: listing needs a tenant", pipeline.ErrInvalidInput)
-		}
-		q += ` AND tenant = ` + arg(f.Tenant)
-	}
-	if len(f.Statuses) > 0 {
-		sts := make([]string, len(f.Statuses))
-		for i, st := range f.Statuses {
-			sts[i] = string(st)
-		}
-		q += ` AND status = ANY(` + arg(sts) + `::text[])`
-	}
-	if f.RequiresAction {
-		q += ` AND requires_action = 1`
-	}
-	if f.Version != "" {
-		q += ` AND workflow_version = ` + arg(f.Version)
-	}
-	if !f.CreatedBefore.IsZero() {
-		q += ` AND created_at <= ` + arg(ms(f.CreatedBefore))
-	}
-	if !f.CreatedAfter.IsZero() {
-		q += ` AND created_at >= ` + arg(ms(f.CreatedAfter))
-	}
-	// A tenant's listing pages by instance id (unique per tenant, and the
-	// id the tenant knows); the operators' listing by internal key.
-	idCol := "instance_id"
-	if f.AllTenants {
-		idCol = "id"
-	}
-	if f.After.ID != "" {
-		q += ` AND (created_at, ` + idCol + `) < (` + arg(f.After.CreatedAtMS) + `::bigint, ` + arg(f.After.ID) + `::text)`
-	}
-	q += ` ORDER BY created_at DESC, ` + idCol + ` DESC LIMIT ` + arg(f.Limit+1)
 	jobs, err := collectJobs(s.pool.Query(ctx, q, append([]any{planEachCall}, args...)...))
 	if err != nil {
 		return nil, pipeline.Cursor{}, err
@@ -454,6 +419,106 @@ func (s *Store) ListJobs(ctx context.Context, f pipeline.ListFilter) ([]pipeline
 	jobs, next := f.Page(jobs)
 	return jobs, next, nil
 }
+
+// listJobsQuery is ListJobs' statement for f (its Limit set) and its
+// arguments, in one of three shapes (TestListingsReadInIndexOrder).
+//
+// A listing of one status, or of the jobs needing action, reads jobs:
+// jobs_status (status, created_at) holds one status newest first, and
+// jobs_attention the few jobs needing action. A tenant's listing of one
+// status walks that status newest first until the page holds the tenant's
+// jobs: a status the tenant rarely has but others have often costs a walk
+// of the others' jobs in it (the price of keeping a (tenant, status) index
+// off every claim and settle).
+//
+// A listing of several statuses takes a page from each status's range and
+// keeps the newest of them: at most a page a status is read and sorted,
+// however the statuses are spread.
+//
+// Every other listing reads job_keys in order (migration 0008: the
+// tenant's or every job newest first, on columns that never change, so a
+// job's updates do not write into them) and each job by its primary key
+// until the page is full.
+//
+// The shape is chosen here, not by the planner: joined on the creation
+// time as well as the key, so that either table's order served, the
+// planner took the two conditions as independent, expected a handful of
+// rows from the join, and read and sorted every job for a page.
+func listJobsQuery(f pipeline.ListFilter) (string, []any, error) {
+	if !f.AllTenants && f.Tenant == "" {
+		return "", nil, fmt.Errorf("%w: listing needs a tenant", pipeline.ErrInvalidInput)
+	}
+	var statuses []string
+	for _, st := range f.Statuses {
+		if !slices.Contains(statuses, string(st)) {
+			statuses = append(statuses, string(st))
+		}
+	}
+	// j. names jobs' columns in every shape; t. is the table in order,
+	// job_keys (k) or jobs (j).
+	from, t, id := `job_keys k JOIN jobs j ON j.id = k.job_id`, "k.", "k.job_id"
+	if len(statuses) > 0 || f.RequiresAction {
+		from, t, id = `jobs j`, "j.", "j.id"
+	}
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	var where string
+	if !f.AllTenants {
+		where += ` AND ` + t + `tenant = ` + arg(f.Tenant)
+		// A tenant's listing pages by instance id (unique per tenant,
+		// and the id the tenant knows); the operators' by internal key.
+		id = t + "instance_id"
+	}
+	if f.RequiresAction {
+		where += ` AND j.requires_action = 1`
+	}
+	if f.Version != "" {
+		where += ` AND j.workflow_version = ` + arg(f.Version)
+	}
+	if !f.CreatedBefore.IsZero() {
+		where += ` AND ` + t + `created_at <= ` + arg(ms(f.CreatedBefore))
+	}
+	if !f.CreatedAfter.IsZero() {
+		where += ` AND ` + t + `created_at >= ` + arg(ms(f.CreatedAfter))
+	}
+	if f.After.ID != "" {
+		// The bound on created_at alone is what an index on (status,
+		// created_at) can start from; the row comparison decides ties.
+		at := arg(f.After.CreatedAtMS)
+		where += ` AND ` + t + `created_at <= ` + at + `::bigint AND (` + t + `created_at, ` + id + `) < (` + at + `::bigint, ` + arg(f.After.ID) + `::text)`
+	}
+	limit := arg(f.Limit + 1)
+	order := func(t, id string) string {
+		return ` ORDER BY ` + t + `created_at DESC, ` + id + ` DESC LIMIT ` + limit
+	}
+	page := func(status string) string {
+		q := `SELECT ` + listColumns + ` FROM ` + from + ` WHERE true` + where
+		if status != "" {
+			// An equality, not ANY: only an equality on the index's
+			// first column leaves its order by creation time to the rest.
+			q += ` AND j.status = ` + arg(status)
+		}
+		return q + order(t, id)
+	}
+	if len(statuses) < 2 {
+		var status string
+		if len(statuses) == 1 {
+			status = statuses[0]
+		}
+		return page(status), args, nil
+	}
+	pages := make([]string, len(statuses))
+	for i, st := range statuses {
+		pages[i] = `(` + page(st) + `)`
+	}
+	return `SELECT * FROM (` + strings.Join(pages, ` UNION ALL `) + `) j` + order("j.", "j."+strings.TrimPrefix(id, t)), args, nil
+}
+
+// listColumns are jobColumns of the listing's jobs (j).
+var listColumns = sqlcols.Prefixed("j.", jobColumns)
 
 // CountByStatus returns how many jobs are in each status (for /metrics).
 func (s *Store) CountByStatus(ctx context.Context) (map[pipeline.Status]int, error) {
