@@ -54,6 +54,12 @@ type Config struct {
 	FetchCooldown     time.Duration
 	FetchPollInterval time.Duration
 
+	// Work is how long each job takes, waiting as a job waits on a
+	// provider (Postgres mode, both sides; 0 = a no-op). With it the
+	// workers, not the machine's cores, bound a process's rate, and the
+	// matrix shows whether throughput grows with worker processes.
+	Work time.Duration
+
 	// PollOnly disables riversqlite's emulated LISTEN (which polls a
 	// notification table on the one shared connection every 50ms).
 	PollOnly bool
@@ -123,6 +129,7 @@ func main() {
 	flag.IntVar(&cfg.InsertBatch, "insert-batch", 5_000, "jobs per InsertMany call")
 	flag.DurationVar(&cfg.FetchCooldown, "fetch-cooldown", 2*time.Millisecond, "River FetchCooldown")
 	flag.DurationVar(&cfg.FetchPollInterval, "fetch-poll-interval", 20*time.Millisecond, "River FetchPollInterval")
+	flag.DurationVar(&cfg.Work, "work", 0, "Postgres mode: how long each job waits before it completes, on both sides (0 = no-op jobs)")
 	flag.BoolVar(&cfg.PollOnly, "poll-only", false, "River PollOnly (skip riversqlite's emulated LISTEN)")
 	flag.IntVar(&cfg.StmtCache, "stmt-cache", 64, "mattn/go-sqlite3 _stmt_cache_size (prepared statements kept per connection; 0 = off, the driver's default)")
 	flag.DurationVar(&cfg.WaitQuiet, "wait-quiet", 0, "before running, wait up to this long for a 1s window where other processes use < 0.15 cores (0 = don't wait)")
@@ -226,9 +233,27 @@ func (noopArgs) Kind() string { return "riverref_noop" }
 
 type noopWorker struct {
 	river.WorkerDefaults[noopArgs]
+	work time.Duration // how long a job waits (Config.Work)
 }
 
-func (*noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil }
+func (w *noopWorker) Work(ctx context.Context, _ *river.Job[noopArgs]) error {
+	return wait(ctx, w.work)
+}
+
+// wait returns after d, or with ctx's error when it ends first.
+func wait(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // Run performs one insert + burn-down measurement on a fresh database.
 func Run(ctx context.Context, cfg *Config) (res *Result, err error) {

@@ -100,8 +100,12 @@ func RunPGMatrix(ctx context.Context, pc *PGConfig, w io.Writer) error {
 	if pc.Analyze {
 		stats = "ANALYZE after the insert"
 	}
-	fmt.Fprintf(w, "postgres burn-down: %d no-op jobs, %d workers per process, median of %d run(s), %s, load average %s\n",
-		pc.Jobs, pc.Workers, pc.Runs, stats, loadAvg())
+	kind := "no-op jobs"
+	if pc.Config.Work > 0 {
+		kind = fmt.Sprintf("jobs of %v each", pc.Config.Work)
+	}
+	fmt.Fprintf(w, "postgres burn-down: %d %s, %d workers per process, median of %d run(s), %s, load average %s\n",
+		pc.Jobs, kind, pc.Workers, pc.Runs, stats, loadAvg())
 	fmt.Fprintln(w, "| processes | edgepipe jobs/s | River jobs/s | ratio | database CPU µs/job (edgepipe / River) | worker CPU µs/job (edgepipe / River) |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|")
 	for _, procs := range pc.Procs {
@@ -215,7 +219,8 @@ func startChildren(ctx context.Context, side, url string, pc *PGConfig, procs in
 		cmd := exec.CommandContext(ctx, self, "-child", side, "-child-url", url,
 			"-workers", strconv.Itoa(pc.Workers),
 			"-fetch-cooldown", pc.Config.FetchCooldown.String(),
-			"-fetch-poll-interval", pc.Config.FetchPollInterval.String())
+			"-fetch-poll-interval", pc.Config.FetchPollInterval.String(),
+			"-work", pc.Config.Work.String())
 		if pc.ChildProfile != "" {
 			cmd.Args = append(cmd.Args, "-child-cpuprofile", pc.ChildProfile+"."+side)
 		}
@@ -394,7 +399,7 @@ func riverChild(ctx context.Context, url string, cfg *Config) error {
 	}
 	defer pool.Close()
 	workers := river.NewWorkers()
-	river.AddWorker(workers, &noopWorker{})
+	river.AddWorker(workers, &noopWorker{work: cfg.Work})
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		FetchCooldown:     cfg.FetchCooldown,
 		FetchPollInterval: cfg.FetchPollInterval,
@@ -443,6 +448,9 @@ func edgepipeChild(ctx context.Context, url string, cfg *Config) error {
 	for range cfg.Workers {
 		wg.Go(func() {
 			for c := range work {
+				if err := wait(ctx, cfg.Work); err != nil {
+					continue // stopping: the lease runs out, as a killed worker's would
+				}
 				completions <- pipeline.Finished{Lease: c.Lease, Outcome: pipeline.Outcome{Status: pipeline.StatusSucceeded}}
 			}
 		})

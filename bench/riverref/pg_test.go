@@ -74,6 +74,44 @@ func TestRunPGMatrix(t *testing.T) {
 	}
 }
 
+// With -work, a job waits that long on both sides: no side may complete
+// jobs faster than its workers can wait (workers × processes / work), which
+// a burn-down of no-op jobs would, by far.
+func TestRunPGMatrixWork(t *testing.T) {
+	url := os.Getenv("EDGEPIPE_TEST_DATABASE_URL")
+	if url == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("EDGEPIPE_TEST_DATABASE_URL is not set (CI)")
+		}
+		t.Skip("EDGEPIPE_TEST_DATABASE_URL is not set")
+	}
+	const workers, work = 5, 20 * time.Millisecond
+	cfg := &Config{Jobs: 100, Workers: workers, InsertBatch: 100, FetchCooldown: 2 * time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond, Timeout: 45 * time.Second, Work: work,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+	defer cancel()
+	var out bytes.Buffer
+	pc := &PGConfig{AdminURL: url, Jobs: cfg.Jobs, Workers: cfg.Workers, Procs: []int{1, 2}, Runs: 1, Config: cfg}
+	if err := RunPGMatrix(ctx, pc, &out); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 5 || !strings.Contains(lines[0], "jobs of 20ms each") {
+		t.Fatalf("table:\n%s", out.String())
+	}
+	for i, procs := range pc.Procs {
+		cells := strings.Split(strings.Trim(lines[3+i], "| "), " | ")
+		ceiling := float64(workers*procs) / work.Seconds()
+		for side, cell := range map[string]string{"edgepipe": cells[1], "river": cells[2]} {
+			rate, err := strconv.ParseFloat(cell, 64)
+			if err != nil || rate <= 0 || rate > 1.05*ceiling {
+				t.Errorf("%s, %d processes: %s jobs/s (%v), want at most %.0f", side, procs, cell, err, ceiling)
+			}
+		}
+	}
+}
+
 func TestParseProcs(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
