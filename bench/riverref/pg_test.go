@@ -26,7 +26,10 @@ func TestMain(m *testing.M) {
 // worker processes against a real Postgres (EDGEPIPE_TEST_DATABASE_URL,
 // e.g. from scripts/postgres.sh) and checks the table. Without a server it
 // skips, unless CI is set, where it fails.
-func TestRunPGMatrix(t *testing.T) {
+// testDatabaseURL is the test server's URL; without one the test is
+// skipped, or fails under CI.
+func testDatabaseURL(t *testing.T) string {
+	t.Helper()
 	url := os.Getenv("EDGEPIPE_TEST_DATABASE_URL")
 	if url == "" {
 		if os.Getenv("CI") != "" {
@@ -34,6 +37,11 @@ func TestRunPGMatrix(t *testing.T) {
 		}
 		t.Skip("EDGEPIPE_TEST_DATABASE_URL is not set")
 	}
+	return url
+}
+
+func TestRunPGMatrix(t *testing.T) {
+	url := testDatabaseURL(t)
 	cfg := &Config{Jobs: 300, Workers: 20, InsertBatch: 100, FetchCooldown: 2 * time.Millisecond,
 		FetchPollInterval: 20 * time.Millisecond, Timeout: 45 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
@@ -78,13 +86,7 @@ func TestRunPGMatrix(t *testing.T) {
 // jobs faster than its workers can wait (workers × processes / work), which
 // a burn-down of no-op jobs would, by far.
 func TestRunPGMatrixWork(t *testing.T) {
-	url := os.Getenv("EDGEPIPE_TEST_DATABASE_URL")
-	if url == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("EDGEPIPE_TEST_DATABASE_URL is not set (CI)")
-		}
-		t.Skip("EDGEPIPE_TEST_DATABASE_URL is not set")
-	}
+	url := testDatabaseURL(t)
 	const workers, work = 5, 20 * time.Millisecond
 	cfg := &Config{Jobs: 100, Workers: workers, InsertBatch: 100, FetchCooldown: 2 * time.Millisecond,
 		FetchPollInterval: 20 * time.Millisecond, Timeout: 45 * time.Second, Work: work,
