@@ -28,7 +28,7 @@ func rawInsertJob(ctx context.Context, q interface {
 }, id, tenant, instanceID, key string) (pgconn.CommandTag, error) {
 	return q.Exec(ctx, `INSERT INTO jobs (id, instance_id, tenant, operation, idempotency_key,
 		request_fingerprint, input_json, workflow_version, queue, status, status_changed_at, created_at, updated_at)
-		VALUES ($1, $2, $3, 'render_video', $4, 'fp', '{}', 'v1', 'render-v1', 'pending', 0, 0, 0)`, id, instanceID, tenant, key)
+		VALUES ($1, $2, $3, 'render_video', $4, 'fp', '{}', 'v1', 'render-v1', 'pending', 1, 2, 3)`, id, instanceID, tenant, key)
 }
 
 func sqlState(err error) string {
@@ -101,7 +101,8 @@ func TestJobKeysGuardJobs(t *testing.T) {
 	var jobs, keys, agree int
 	if err := raw.QueryRow(ctx, `SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM job_keys),
 		(SELECT count(*) FROM jobs j JOIN job_keys k ON k.job_id = j.id AND k.tenant = j.tenant
-			AND k.operation = j.operation AND k.idempotency_key = j.idempotency_key AND k.instance_id = j.instance_id)`).
+			AND k.operation = j.operation AND k.idempotency_key = j.idempotency_key AND k.instance_id = j.instance_id
+			AND k.created_at = j.created_at)`).
 		Scan(&jobs, &keys, &agree); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestJobKeysGuardJobs(t *testing.T) {
 		`UPDATE job_keys SET idempotency_key = 'z' WHERE job_id = 'v1-a'`,
 		`DELETE FROM job_keys WHERE job_id = 'v1-a'`,
 		`TRUNCATE job_keys`,
-		`INSERT INTO job_keys (job_id, tenant, operation, idempotency_key, instance_id) VALUES ('nobody', 'alice', 'op', 'k9', 'x9')`,
+		`INSERT INTO job_keys (job_id, tenant, operation, idempotency_key, instance_id, created_at) VALUES ('nobody', 'alice', 'op', 'k9', 'x9', 2)`,
 	} {
 		if _, err := raw.Exec(ctx, q); err == nil {
 			t.Fatalf("%s: accepted", q)

@@ -494,25 +494,26 @@ func listJobsQuery(f pipeline.ListFilter) (string, []any, error) {
 	order := func(t, id string) string {
 		return ` ORDER BY ` + t + `created_at DESC, ` + id + ` DESC LIMIT ` + limit
 	}
-	page := func(status string) string {
+	// page is the statement of one page: of one status when byStatus
+	// (the empty status too, which matches no job, as on SQLite).
+	page := func(byStatus bool, status string) string {
 		q := `SELECT ` + listColumns + ` FROM ` + from + ` WHERE true` + where
-		if status != "" {
+		if byStatus {
 			// An equality, not ANY: only an equality on the index's
 			// first column leaves its order by creation time to the rest.
 			q += ` AND j.status = ` + arg(status)
 		}
 		return q + order(t, id)
 	}
-	if len(statuses) < 2 {
-		var status string
-		if len(statuses) == 1 {
-			status = statuses[0]
-		}
-		return page(status), args, nil
+	switch len(statuses) {
+	case 0:
+		return page(false, ""), args, nil
+	case 1:
+		return page(true, statuses[0]), args, nil
 	}
 	pages := make([]string, len(statuses))
 	for i, st := range statuses {
-		pages[i] = `(` + page(st) + `)`
+		pages[i] = `(` + page(true, st) + `)`
 	}
 	return `SELECT * FROM (` + strings.Join(pages, ` UNION ALL `) + `) j` + order("j.", "j."+strings.TrimPrefix(id, t)), args, nil
 }

@@ -165,7 +165,7 @@ func TestCreatePlanWithoutStatistics(t *testing.T) {
 	if err := tx.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = 'create_cached'`).Scan(&genericPlans, &customPlans); err != nil || genericPlans != 2 || customPlans != 0 {
 		t.Fatalf("the statement ran %d generic and %d custom plans (%v), want two generic ones", genericPlans, customPlans, err)
 	}
-	// An insert descends the indexes of jobs, the three of job_keys
+	// An insert descends the indexes of jobs, the five of job_keys
 	// (through jobs' insert trigger), two of job_events and three of
 	// queue_messages, a few pages each (34 buffers in all before job_keys);
 	// the old statement read 152, 124 of them the tenant's range in

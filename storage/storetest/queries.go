@@ -188,6 +188,10 @@ func testListJobsFilters(t *testing.T, h *Harness) {
 		{"retry_wait", pipeline.ListFilter{Tenant: "acme", Statuses: st(pipeline.StatusRetryWait)}, []string{"v1-w1"}},
 		{"status with no jobs", pipeline.ListFilter{Tenant: "globex", Statuses: st(pipeline.StatusSucceeded)}, nil},
 		{"empty status list means any", pipeline.ListFilter{Tenant: "globex", Statuses: st()}, []string{"v1-g2", "v1-g1"}},
+		{"the empty status matches no job", pipeline.ListFilter{Tenant: "globex", Statuses: st("")}, nil},
+		{"the empty status among others", pipeline.ListFilter{Tenant: "acme", Statuses: st("", pipeline.StatusPending)}, []string{"v1-p2", "v1-p1"}},
+		{"a status twice lists its jobs once", pipeline.ListFilter{AllTenants: true, Statuses: st(pipeline.StatusPending, pipeline.StatusPending)},
+			[]string{"v1-g2", "v1-p2", "v1-p1"}},
 		{"requires action", pipeline.ListFilter{Tenant: "acme", RequiresAction: true}, []string{"v1-d1", "v1-n1"}},
 		{"requires action all tenants", pipeline.ListFilter{AllTenants: true, RequiresAction: true}, []string{"v1-g1", "v1-d1", "v1-n1"}},
 		{"requires action and status", pipeline.ListFilter{AllTenants: true, RequiresAction: true, Statuses: st(pipeline.StatusNeedsReview)},
@@ -949,9 +953,11 @@ func testDeadLetterReads(t *testing.T, h *Harness) {
 
 // The operators' listing (every tenant) is newest first by (created_at,
 // internal key), and its cursor carries the internal key: paged at every
-// size, alone and filtered by one status or by needing action, it gives
-// exactly the full listing, through ties on created_at whose instance ids
-// sort the other way round from their keys and repeat across tenants.
+// size, alone and filtered by one status, by several or by needing
+// action, it gives exactly the full listing, through ties on created_at
+// whose instance ids sort the other way round from their keys and repeat
+// across tenants. A tenant's listing is the same by (created_at, instance
+// id), and its cursor carries the instance id.
 func testListJobsOperatorsCursor(t *testing.T, h *Harness) {
 	t.Parallel()
 	clock := pipeline.NewManualClock(t0)
@@ -988,6 +994,13 @@ func testListJobsOperatorsCursor(t *testing.T, h *Harness) {
 		{"pending", pipeline.ListFilter{AllTenants: true, Statuses: []pipeline.Status{pipeline.StatusPending}},
 			[]string{"v1-g", "v1-0", "v1-e", "v1-c", "v1-a"}},
 		{"needing action", pipeline.ListFilter{AllTenants: true, RequiresAction: true}, []string{"v1-f", "v1-d", "v1-b"}},
+		{"two statuses", pipeline.ListFilter{AllTenants: true, Statuses: []pipeline.Status{pipeline.StatusPending, pipeline.StatusDeadLettered}},
+			[]string{"v1-g", "v1-f", "v1-0", "v1-e", "v1-d", "v1-c", "v1-b", "v1-a"}},
+		{"one tenant", pipeline.ListFilter{Tenant: "acme"}, []string{"v1-0", "v1-f", "v1-a", "v1-e"}},
+		{"one tenant, two statuses", pipeline.ListFilter{Tenant: "acme", Statuses: []pipeline.Status{pipeline.StatusDeadLettered, pipeline.StatusPending}},
+			[]string{"v1-0", "v1-f", "v1-a", "v1-e"}},
+		{"one tenant, one status", pipeline.ListFilter{Tenant: "globex", Statuses: []pipeline.Status{pipeline.StatusDeadLettered}},
+			[]string{"v1-b", "v1-d"}},
 	} {
 		js, next := mustList(t, s, tc.f)
 		if got := jobIDs(js); !slices.Equal(got, tc.want) || next != (pipeline.Cursor{}) {
@@ -1007,8 +1020,12 @@ func testListJobsOperatorsCursor(t *testing.T, h *Harness) {
 					break
 				}
 				last := js[len(js)-1]
-				if want := (pipeline.Cursor{CreatedAtMS: last.CreatedAt.UnixMilli(), ID: last.ID}); next != want {
-					t.Fatalf("%s, limit %d page %d: cursor %+v, want the last row's internal key %+v", tc.name, limit, page, next, want)
+				want := pipeline.Cursor{CreatedAtMS: last.CreatedAt.UnixMilli(), ID: last.ID}
+				if !tc.f.AllTenants {
+					want.ID = last.InstanceID
+				}
+				if next != want {
+					t.Fatalf("%s, limit %d page %d: cursor %+v, want the last row's %+v", tc.name, limit, page, next, want)
 				}
 				f.After = next
 			}

@@ -20,9 +20,12 @@
 -- dead copy of every key row afterwards.
 
 -- No job may be inserted between the copy below and the trigger that
--- copies its creation time (readers of jobs go on; job_keys is rebuilt).
-LOCK TABLE jobs IN SHARE ROW EXCLUSIVE MODE;
-LOCK TABLE job_keys IN ACCESS EXCLUSIVE MODE;
+-- copies its creation time, and the trigger and index changes on jobs
+-- need its exclusive lock anyway: both tables are locked for the whole
+-- migration, up front. Taking a weaker lock first and the exclusive one
+-- at the first DROP would upgrade it, and a transaction that had locked
+-- a job row FOR UPDATE between the two deadlocked against the migration.
+LOCK TABLE jobs, job_keys IN ACCESS EXCLUSIVE MODE;
 
 ALTER TABLE job_keys RENAME TO job_keys_0007;
 CREATE TABLE job_keys (
