@@ -429,7 +429,11 @@ func riverChild(ctx context.Context, url string, cfg *Config) error {
 
 // edgepipeChild claims through storage/postgres Fetch, runs no-op workers
 // and completes in batches with FinishMany, as storage/postgres's
-// BenchmarkBurnDown does, until the parent closes stdin.
+// BenchmarkBurnDown does, until the parent closes stdin. It claims only
+// for idle workers, as River's producer does and as edgepipe's worker
+// (pipeline.Worker) does: a process holding claimed jobs its workers
+// cannot start would have them ready the moment a worker frees, which
+// River's do not, and would leave other processes nothing to claim.
 func edgepipeChild(ctx context.Context, url string, cfg *Config) error {
 	s, err := postgres.Open(ctx, postgres.Config{URL: url, Logger: cfg.Logger})
 	if err != nil {
@@ -442,8 +446,9 @@ func edgepipeChild(ctx context.Context, url string, cfg *Config) error {
 	}
 	defer cancel()
 	const fetchBatch, completeBatch = 200, 500
-	work := make(chan pipeline.Claimed, 2*fetchBatch)
+	work := make(chan pipeline.Claimed, cfg.Workers)
 	completions := make(chan pipeline.Finished, 2*fetchBatch)
+	idle := &idleWorkers{n: cfg.Workers, freed: make(chan struct{}, 1)}
 	var wg sync.WaitGroup
 	for range cfg.Workers {
 		wg.Go(func() {
@@ -452,28 +457,64 @@ func edgepipeChild(ctx context.Context, url string, cfg *Config) error {
 					continue // stopping: the lease runs out, as a killed worker's would
 				}
 				completions <- pipeline.Finished{Lease: c.Lease, Outcome: pipeline.Outcome{Status: pipeline.StatusSucceeded}}
+				idle.add(1)
 			}
 		})
 	}
 	completerErr := make(chan error, 1)
 	go func() { completerErr <- complete(ctx, s, completions, completeBatch) }()
-	fetchErr := fetchLoop(runCtx, s, work, fetchBatch, cfg)
+	fetchErr := fetchLoop(runCtx, s, work, idle, fetchBatch, cfg)
 	close(work)
 	wg.Wait()
 	close(completions)
 	return errors.Join(fetchErr, <-completerErr)
 }
 
-func fetchLoop(ctx context.Context, s *postgres.Store, work chan<- pipeline.Claimed, max int, cfg *Config) error {
+// idleWorkers counts the workers without a claimed job; freed wakes a
+// fetcher waiting for one.
+type idleWorkers struct {
+	mu    sync.Mutex
+	n     int
+	freed chan struct{}
+}
+
+func (w *idleWorkers) add(d int) {
+	w.mu.Lock()
+	w.n += d
+	w.mu.Unlock()
+	if d > 0 {
+		select {
+		case w.freed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (w *idleWorkers) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n
+}
+
+func fetchLoop(ctx context.Context, s *postgres.Store, work chan<- pipeline.Claimed, idle *idleWorkers, batch int, cfg *Config) error {
 	owner := fmt.Sprintf("riverref-%d", os.Getpid())
 	for ctx.Err() == nil {
-		cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: owner, Max: max, LeaseFor: time.Minute})
+		limit := min(idle.count(), batch)
+		if limit == 0 {
+			select {
+			case <-ctx.Done():
+			case <-idle.freed:
+			}
+			continue
+		}
+		cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: owner, Max: limit, LeaseFor: time.Minute})
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
+		idle.add(-len(cs))
 		wait := cfg.FetchCooldown
 		if len(cs) == 0 {
 			wait = cfg.FetchPollInterval
@@ -481,7 +522,7 @@ func fetchLoop(ctx context.Context, s *postgres.Store, work chan<- pipeline.Clai
 		for _, c := range cs {
 			work <- c
 		}
-		if len(cs) < max {
+		if len(cs) < limit {
 			select {
 			case <-ctx.Done():
 			case <-time.After(wait):
