@@ -424,12 +424,14 @@ func (s *Store) ListJobs(ctx context.Context, f pipeline.ListFilter) ([]pipeline
 // arguments, in one of three shapes (TestListingsReadInIndexOrder).
 //
 // A listing of one status, or of the jobs needing action, reads jobs:
-// jobs_status (status, created_at) holds one status newest first, and
+// jobs_status (status, created_at, id) holds one status newest first, and
 // jobs_attention the few jobs needing action. A tenant's listing of one
 // status walks that status newest first until the page holds the tenant's
 // jobs: a status the tenant rarely has but others have often costs a walk
 // of the others' jobs in it (the price of keeping a (tenant, status) index
-// off every claim and settle).
+// off every claim and settle), and its next page inside a group of jobs
+// created in one millisecond reads the group again (the index breaks ties
+// by internal key, the tenant's cursor by instance id).
 //
 // A listing of several statuses takes a page from each status's range and
 // keeps the newest of them: at most a page a status is read and sorted,

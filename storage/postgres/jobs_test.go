@@ -109,10 +109,21 @@ func TestListingsReadInIndexOrder(t *testing.T) {
 		FROM generate_series(0, $1 - 1) i`, n); err != nil {
 		t.Fatal(err)
 	}
+	// A burst: 500 canceled jobs created in one millisecond (one
+	// CreateJobs batch is stamped with one time), the newest of all. A
+	// page of them reads a page, not the whole group.
+	if _, err := s.pool.Exec(ctx, `INSERT INTO jobs (id, instance_id, tenant, operation, idempotency_key,
+			request_fingerprint, input_json, workflow_version, queue, status, status_changed_at, created_at, updated_at)
+		SELECT 'v1-b' || lpad(i::text, 6, '0'), 'b-' || lpad(i::text, 6, '0'), 'a', 'noop', 'kb' || i, 'f', '{}', 'v1', 'render-v1',
+			'canceled', 1000 + $1, 1000 + $1, 1000 + $1
+		FROM generate_series(0, 499) i`, n); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.pool.Exec(ctx, `ANALYZE`); err != nil {
 		t.Fatal(err)
 	}
 	pending := []pipeline.Status{pipeline.StatusPending}
+	burst := []pipeline.Status{pipeline.StatusCanceled}
 	failed := []pipeline.Status{pipeline.StatusFailed}
 	two := []pipeline.Status{pipeline.StatusPending, pipeline.StatusFailed, pipeline.StatusPending}
 	first := []struct {
@@ -127,6 +138,7 @@ func TestListingsReadInIndexOrder(t *testing.T) {
 		{"operators, one status", pipeline.ListFilter{AllTenants: true, Statuses: pending}, "jobs_status", 0},
 		{"operators, a third's status", pipeline.ListFilter{AllTenants: true, Statuses: failed}, "jobs_status", 0},
 		{"tenant, a third's status", pipeline.ListFilter{Tenant: "b", Statuses: failed}, "jobs_status", 0},
+		{"operators, a burst's status", pipeline.ListFilter{AllTenants: true, Statuses: burst}, "jobs_status", 0},
 		{"operators, two statuses", pipeline.ListFilter{AllTenants: true, Statuses: two}, "jobs_status", 2},
 		{"tenant, two statuses", pipeline.ListFilter{Tenant: "a", Statuses: two}, "jobs_status", 2},
 	}
@@ -151,8 +163,15 @@ func TestListingsReadInIndexOrder(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", c.name, err)
 			}
+			key := func(j pipeline.Job) string {
+				if f.AllTenants {
+					return j.ID
+				}
+				return j.InstanceID
+			}
 			for _, j := range jobs {
-				if seen[j.ID] || len(seen) > 0 && !j.CreatedAt.Before(last.CreatedAt) {
+				older := j.CreatedAt.Before(last.CreatedAt) || j.CreatedAt.Equal(last.CreatedAt) && key(j) < key(last)
+				if seen[j.ID] || len(seen) > 0 && !older {
 					t.Fatalf("%s: %s (created %v) after %s (created %v)", c.name, j.ID, j.CreatedAt, last.ID, last.CreatedAt)
 				}
 				seen[j.ID], last = true, j

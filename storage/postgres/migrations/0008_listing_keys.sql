@@ -9,7 +9,7 @@
 -- never updated: it gains the job's creation time and those two indexes,
 -- and a listing reads job_keys in that order and each job by its primary
 -- key. Status-filtered listings keep an order on jobs: jobs_status (status)
--- becomes (status, created_at), still one entry per update, so that the
+-- becomes (status, created_at, id), still one entry per update, so that the
 -- operators' listing of one status is a range read newest first rather
 -- than a walk of every job (the planner may walk either index: the
 -- listing joins job_keys and jobs on the creation time as well as the id).
@@ -108,10 +108,12 @@ CREATE TRIGGER jobs_keys_frozen BEFORE UPDATE OF id, tenant, operation, idempote
         OR NEW.instance_id IS DISTINCT FROM OLD.instance_id OR NEW.created_at IS DISTINCT FROM OLD.created_at)
     EXECUTE FUNCTION edgepipe_refuse('a job''s keys and creation time never change');
 
--- One status newest first is a range (as SQLite's jobs_status, its 0011);
--- /metrics' counts by status and the checks' status lookups read it as
--- they read (status).
+-- One status newest first is a range (as SQLite's jobs_status, its 0011),
+-- and a next page starts at its cursor even inside a group of jobs created
+-- in one millisecond (one CreateJobs batch): the id breaks the tie in the
+-- index. /metrics' counts by status and the checks' status lookups read it
+-- as they read (status).
 DROP INDEX jobs_status;
-CREATE INDEX jobs_status ON jobs (status, created_at);
+CREATE INDEX jobs_status ON jobs (status, created_at, id);
 DROP INDEX jobs_tenant_created;
 DROP INDEX jobs_created;
