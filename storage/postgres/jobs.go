@@ -487,10 +487,7 @@ func listJobsQuery(f pipeline.ListFilter) (string, []any, error) {
 		where += ` AND ` + t + `created_at >= ` + arg(ms(f.CreatedAfter))
 	}
 	if f.After.ID != "" {
-		// The bound on created_at alone is what an index on (status,
-		// created_at) can start from; the row comparison decides ties.
-		at := arg(f.After.CreatedAtMS)
-		where += ` AND ` + t + `created_at <= ` + at + `::bigint AND (` + t + `created_at, ` + id + `) < (` + at + `::bigint, ` + arg(f.After.ID) + `::text)`
+		where += ` AND (` + t + `created_at, ` + id + `) < (` + arg(f.After.CreatedAtMS) + `::bigint, ` + arg(f.After.ID) + `::text)`
 	}
 	limit := arg(f.Limit + 1)
 	order := func(t, id string) string {

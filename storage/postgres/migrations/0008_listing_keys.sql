@@ -11,8 +11,8 @@
 -- key. Status-filtered listings keep an order on jobs: jobs_status (status)
 -- becomes (status, created_at, id), still one entry per update, so that the
 -- operators' listing of one status is a range read newest first rather
--- than a walk of every job (the planner may walk either index: the
--- listing joins job_keys and jobs on the creation time as well as the id).
+-- than a walk of every job (ListJobs reads one status from jobs, and
+-- every other listing from job_keys).
 --
 -- How: job_keys is rebuilt with the column (a copy joined to jobs, then
 -- its indexes, reference and triggers as 0007 made them), rather than
