@@ -35,14 +35,6 @@ type WorkerConfig struct {
 	// poll. It is only a hint: polling stays the fallback for a lost
 	// notification and for delayed messages, which nobody announces.
 	Wake <-chan struct{}
-	// FetchCooldown is the shortest time between two fetches that claim
-	// while some of the worker's slots are busy
-	// (EDGEPIPE_WORKER_FETCH_COOLDOWN): the slots that free within it are
-	// claimed for together, in one fetch, as River's producer does
-	// (FetchCooldown), instead of one fetch each. A fetch for every slot
-	// (all idle) and the fetch after one that claimed nothing are not held
-	// back. Negative is none.
-	FetchCooldown time.Duration
 	// PruneEvery is how often the worker removes spooled results of jobs
 	// that ended elsewhere (Engine.PruneSpool); the first prune runs at
 	// Start. Default 10 minutes.
@@ -61,13 +53,6 @@ type WorkerConfig struct {
 // Postgres, the commits of this process on SQLite) end the wait early.
 const DefaultPoll = 200 * time.Millisecond
 
-// DefaultFetchCooldown is WorkerConfig.FetchCooldown unless configured
-// (EDGEPIPE_WORKER_FETCH_COOLDOWN). It is short next to a media job (a
-// slot waits at most this long for its next job, and only while other
-// slots are busy) and long next to a fetch, so that a worker with many
-// slots claims in batches.
-const DefaultFetchCooldown = 20 * time.Millisecond
-
 // DefaultLeaseFor is a job lease's length unless configured
 // (EDGEPIPE_LEASE).
 const DefaultLeaseFor = 30 * time.Second
@@ -85,9 +70,6 @@ func (c *WorkerConfig) setDefaults() {
 	}
 	if c.Poll == 0 {
 		c.Poll = DefaultPoll
-	}
-	if c.FetchCooldown == 0 {
-		c.FetchCooldown = DefaultFetchCooldown
 	}
 	if c.PruneEvery == 0 {
 		c.PruneEvery = 10 * time.Minute
@@ -216,9 +198,6 @@ func (w *Worker) loop(loop, work context.Context) {
 	// while the other queue held work (bench render 20: workers paused
 	// 125-200 ms between jobs).
 	empty := 0
-	// claimedAt is when the last fetch that claimed anything started
-	// (WorkerConfig.FetchCooldown).
-	var claimedAt time.Time
 	for {
 		if loop.Err() != nil {
 			return
@@ -234,15 +213,6 @@ func (w *Worker) loop(loop, work context.Context) {
 			}
 			continue
 		}
-		if wait := w.cfg.FetchCooldown - time.Since(claimedAt); free < w.cfg.Concurrency && wait > 0 {
-			select {
-			case <-loop.Done():
-				return
-			case <-time.After(wait):
-			}
-			continue
-		}
-		started := time.Now()
 		queue := w.cfg.Queues[next%len(w.cfg.Queues)]
 		next++
 		claimed, _, err := w.cfg.Store.Fetch(loop, &FetchParams{Queue: queue, Owner: w.cfg.Owner, Max: free,
@@ -259,7 +229,7 @@ func (w *Worker) loop(loop, work context.Context) {
 			}()
 		}
 		if len(claimed) > 0 {
-			empty, claimedAt = 0, started
+			empty = 0
 			continue
 		}
 		if empty++; empty >= len(w.cfg.Queues) {

@@ -7,9 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -350,95 +348,6 @@ func TestWorkerTenantMaxRunning(t *testing.T) {
 		Owner: "test", TenantMaxRunning: -1}); err == nil {
 		t.Error("a negative tenant limit was accepted")
 	}
-}
-
-// A worker with busy slots claims for the slots that free within its
-// FetchCooldown together, in one fetch, instead of one fetch each (River's
-// producer does the same); a fetch for every slot is not held back. Four
-// slots, twelve quick jobs: after the first fetch (all four idle), any
-// claiming fetch for fewer than four slots must start a cooldown after the
-// previous claiming fetch. Without the cooldown each freed slot fetches
-// alone, at once.
-func TestWorkerFetchCooldown(t *testing.T) {
-	t.Parallel()
-	const cooldown, slots = 300 * time.Millisecond, 4
-	h := newHarness(t)
-	var ids []string
-	for i := range 12 {
-		id := fmt.Sprintf("v1-cool%02d", i)
-		ids = append(ids, id)
-		h.submit(id, board(img("p "+id, "", 600)))
-	}
-	st := &fetchLog{Store: h.store}
-	w, err := pipeline.NewWorker(pipeline.WorkerConfig{Store: st, Engine: h.engine, Queues: []string{"render-v1", "render-v2"},
-		Owner: "test", Concurrency: slots, LeaseFor: 3 * time.Second, Poll: 10 * time.Millisecond,
-		FetchCooldown: cooldown, Clock: h.clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "every job settled", func() bool {
-		for _, id := range ids {
-			if !h.job(id).Status.Settled() {
-				return false
-			}
-		}
-		return true
-	})
-	if err := w.Stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range ids {
-		if st := h.job(id).Status; st != pipeline.StatusSucceeded {
-			t.Errorf("%s: %s", id, st)
-		}
-	}
-	var prev time.Time
-	claiming := 0
-	for _, f := range st.all() {
-		if f.claimed == 0 {
-			continue
-		}
-		claiming++
-		// (The worker takes its time just before the fetch; half the
-		// cooldown leaves room for that and for a slow machine.)
-		if gap := f.at.Sub(prev); f.max < slots && gap < cooldown/2 {
-			t.Errorf("a fetch for %d of %d slots %v after the previous claiming fetch, within the %v cooldown", f.max, slots, gap, cooldown)
-		}
-		prev = f.at
-	}
-	if claiming < 2 {
-		t.Errorf("%d claiming fetches for %d jobs on %d slots", claiming, len(ids), slots)
-	}
-}
-
-// fetchLog is the harness's store with every fetch recorded.
-type fetchLog struct {
-	pipeline.Store
-	mu      sync.Mutex
-	fetches []loggedFetch
-}
-
-type loggedFetch struct {
-	at           time.Time
-	max, claimed int
-}
-
-func (s *fetchLog) Fetch(ctx context.Context, p *pipeline.FetchParams) ([]pipeline.Claimed, pipeline.FetchStats, error) {
-	at := time.Now()
-	cs, stats, err := s.Store.Fetch(ctx, p)
-	s.mu.Lock()
-	s.fetches = append(s.fetches, loggedFetch{at: at, max: p.Max, claimed: len(cs)})
-	s.mu.Unlock()
-	return cs, stats, err
-}
-
-func (s *fetchLog) all() []loggedFetch {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.fetches)
 }
 
 // flakyJobStore is the harness's store with Fetch counted, and Fetch or

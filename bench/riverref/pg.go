@@ -496,28 +496,17 @@ func (w *idleWorkers) count() int {
 	return w.n
 }
 
-// fetchLoop claims for the idle workers. Like River's producer (its fetch
-// limiter is a debounced channel with FetchCooldown) and pipeline.Worker
-// (WorkerConfig.FetchCooldown), it fetches at most once per cooldown: the
-// first freed worker starts a fetch at once when none ran for a cooldown,
-// and the workers freed within the cooldown are claimed for together at
-// its end, instead of one fetch each.
 func fetchLoop(ctx context.Context, s *postgres.Store, work chan<- pipeline.Claimed, idle *idleWorkers, batch int, cfg *Config) error {
 	owner := fmt.Sprintf("riverref-%d", os.Getpid())
-	var next time.Time // no fetch before this
 	for ctx.Err() == nil {
-		if idle.count() == 0 {
+		limit := min(idle.count(), batch)
+		if limit == 0 {
 			select {
 			case <-ctx.Done():
 			case <-idle.freed:
 			}
 			continue
 		}
-		if err := wait(ctx, time.Until(next)); err != nil {
-			return nil
-		}
-		limit := min(idle.count(), batch)
-		next = time.Now().Add(cfg.FetchCooldown)
 		cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: owner, Max: limit, LeaseFor: time.Minute})
 		if err != nil {
 			if ctx.Err() != nil {
@@ -526,11 +515,18 @@ func fetchLoop(ctx context.Context, s *postgres.Store, work chan<- pipeline.Clai
 			return err
 		}
 		idle.add(-len(cs))
+		wait := cfg.FetchCooldown
+		if len(cs) == 0 {
+			wait = cfg.FetchPollInterval
+		}
 		for _, c := range cs {
 			work <- c
 		}
-		if len(cs) == 0 {
-			next = time.Now().Add(cfg.FetchPollInterval)
+		if len(cs) < limit {
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+			}
 		}
 	}
 	return nil

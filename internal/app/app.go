@@ -226,7 +226,7 @@ func (a *App) buildWorker(ctx context.Context, p *Parts, fps *failpoint.Set, wit
 	}
 	p.Worker, err = pipeline.NewWorker(pipeline.WorkerConfig{
 		Store: a.Store, Engine: engine, Queues: a.Queues(), Owner: owner,
-		Concurrency: workers, LeaseFor: a.Cfg.LeaseFor, Poll: a.Cfg.WorkerPoll, FetchCooldown: fetchCooldown(a.Cfg.WorkerFetchCooldown), TenantMaxRunning: a.Cfg.TenantMaxRunning,
+		Concurrency: workers, LeaseFor: a.Cfg.LeaseFor, Poll: a.Cfg.WorkerPoll, TenantMaxRunning: a.Cfg.TenantMaxRunning,
 		Logger: a.Log, Failpoint: fps.Func(), Wake: wake,
 	})
 	if err != nil {
@@ -459,14 +459,4 @@ func ignoreClosed(err error) error {
 		return nil
 	}
 	return err
-}
-
-// fetchCooldown is EDGEPIPE_WORKER_FETCH_COOLDOWN as
-// pipeline.WorkerConfig.FetchCooldown, where 0 is its default and none is
-// negative.
-func fetchCooldown(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
 }

@@ -97,13 +97,9 @@ type Config struct {
 	LeaseFor    time.Duration
 	// WorkerPoll is how long an idle worker waits before fetching again
 	// (EDGEPIPE_WORKER_POLL); the store's wake-ups end the wait early.
-	WorkerPoll time.Duration
-	// WorkerFetchCooldown is the shortest time between two claiming
-	// fetches of a worker with busy slots (EDGEPIPE_WORKER_FETCH_COOLDOWN,
-	// pipeline.WorkerConfig.FetchCooldown; 0: none).
-	WorkerFetchCooldown time.Duration
-	SweepInterval       time.Duration
-	SweepGrace          time.Duration
+	WorkerPoll    time.Duration
+	SweepInterval time.Duration
+	SweepGrace    time.Duration
 	// DeadLetterRetention is how long the sweeper keeps dead letters that
 	// were redriven or discarded (0: forever).
 	DeadLetterRetention time.Duration
@@ -239,7 +235,6 @@ func parse(getenv func(string) string) (Config, error) {
 	}{
 		{"EDGEPIPE_LEASE", &c.LeaseFor, pipeline.DefaultLeaseFor, time.Second},
 		{"EDGEPIPE_WORKER_POLL", &c.WorkerPoll, pipeline.DefaultPoll, 10 * time.Millisecond},
-		{"EDGEPIPE_WORKER_FETCH_COOLDOWN", &c.WorkerFetchCooldown, pipeline.DefaultFetchCooldown, 0},
 		{"EDGEPIPE_SWEEP_INTERVAL", &c.SweepInterval, pipeline.DefaultSweepInterval, time.Second},
 		{"EDGEPIPE_SWEEP_GRACE", &c.SweepGrace, pipeline.DefaultSweepGrace, 0},
 		{"EDGEPIPE_DLQ_RETENTION", &c.DeadLetterRetention, pipeline.DefaultDeadLetterRetention, 0},
