@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -177,22 +178,26 @@ func pgBurnDown(ctx context.Context, pc *PGConfig, side pgSide, procs int) (burn
 			return res, fmt.Errorf("release child: %w", err)
 		}
 	}
-	for {
-		var n int
-		if err := conn.QueryRow(ctx, side.doneQuery).Scan(&n); err != nil {
-			return res, fmt.Errorf("count completed: %w", err)
+	if pc.Config.CountInDB {
+		if err := countInDB(ctx, conn, side, pc.Jobs); err != nil {
+			return res, err
 		}
-		if n == pc.Jobs {
-			res.d = time.Since(start)
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return res, fmt.Errorf("stalled at %d of %d: %w", n, pc.Jobs, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
-		}
+	} else if err := countReported(ctx, children, pc.Jobs); err != nil {
+		return res, err
 	}
+	res.d = time.Since(start)
 	res.workerCPU, res.workersOK = workersCPU(children, precise)
+	// The reports are checked against the database, off the clock but
+	// before the workers stop (stopping flushes their last completions):
+	// a worker that reported a job before its completion committed fails
+	// here.
+	var n int
+	if err := conn.QueryRow(ctx, side.doneQuery).Scan(&n); err != nil {
+		return res, fmt.Errorf("count completed: %w", err)
+	}
+	if n != pc.Jobs {
+		return res, fmt.Errorf("the workers reported every job completed, the database holds %d of %d", n, pc.Jobs)
+	}
 	res.workerCPU -= startCPU
 	// A thread that exited in between takes its time with it (rare in Go).
 	res.workersOK = res.workersOK && startOK && res.workerCPU >= 0
@@ -202,9 +207,63 @@ func pgBurnDown(ctx context.Context, pc *PGConfig, side pgSide, procs int) (burn
 	return res, nil
 }
 
+// countInDB waits until the database counts every job completed
+// (Config.CountInDB).
+func countInDB(ctx context.Context, conn *pgx.Conn, side pgSide, jobs int) error {
+	for {
+		var n int
+		if err := conn.QueryRow(ctx, side.doneQuery).Scan(&n); err != nil {
+			return fmt.Errorf("count completed: %w", err)
+		}
+		if n == jobs {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stalled at %d of %d: %w", n, jobs, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// countReported waits until the children's reports (reportDone) add up
+// to every job.
+func countReported(ctx context.Context, children []*child, jobs int) error {
+	for {
+		n := 0
+		for _, c := range children {
+			n += int(c.done.Load())
+		}
+		if n >= jobs {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stalled at %d of %d reported: %w", n, jobs, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
 type child struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
+	done  atomic.Int64 // the jobs it reported completed ("done N" lines)
+}
+
+// readReports follows a child's "done N" lines (reportDone).
+func (c *child) readReports(out *bufio.Reader) {
+	for {
+		line, err := out.ReadString('\n')
+		if n, ok := strings.CutPrefix(strings.TrimSpace(line), "done "); ok {
+			if v, err := strconv.ParseInt(n, 10, 64); err == nil {
+				c.done.Store(v)
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // startChildren starts procs worker processes and waits until each says it
@@ -236,11 +295,14 @@ func startChildren(ctx context.Context, side, url string, pc *PGConfig, procs in
 		if err := cmd.Start(); err != nil {
 			return children, fmt.Errorf("start child: %w", err)
 		}
-		children = append(children, &child{cmd: cmd, stdin: stdin})
-		line, err := bufio.NewReader(stdout).ReadString('\n')
+		c := &child{cmd: cmd, stdin: stdin}
+		children = append(children, c)
+		out := bufio.NewReader(stdout)
+		line, err := out.ReadString('\n')
 		if err != nil || strings.TrimSpace(line) != "ready" {
 			return children, fmt.Errorf("child did not get ready: %q %v", line, err)
 		}
+		go c.readReports(out)
 	}
 	return children, nil
 }
@@ -376,6 +438,30 @@ func awaitRelease(ctx context.Context) (context.Context, context.CancelFunc, err
 	return ctx, cancel, nil
 }
 
+// reportDone prints "done N" on stdout whenever the count of completed
+// jobs changed, checking every millisecond, until ctx ends (then once
+// more). The count must only cover jobs whose completion has committed.
+func reportDone(ctx context.Context, done *atomic.Int64) {
+	last := int64(0)
+	report := func() {
+		if n := done.Load(); n != last {
+			fmt.Printf("done %d\n", n)
+			last = n
+		}
+	}
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			report()
+			return
+		case <-t.C:
+			report()
+		}
+	}
+}
+
 // runChild is a worker process of one side.
 func runChild(ctx context.Context, side, url string, cfg *Config) error {
 	switch side {
@@ -413,11 +499,24 @@ func riverChild(ctx context.Context, url string, cfg *Config) error {
 	if err := pool.Ping(ctx); err != nil {
 		return err
 	}
+	// River sends a job's completed event after its completer's batch has
+	// been written. It drops events a full channel cannot take (and logs
+	// a warning), so the channel holds a whole run.
+	events, unsubscribe := client.SubscribeConfig(&river.SubscribeConfig{
+		Kinds: []river.EventKind{river.EventKindJobCompleted}, ChanSize: 1 << 20})
+	defer unsubscribe()
 	runCtx, cancel, err := awaitRelease(ctx)
 	if err != nil {
 		return err
 	}
 	defer cancel()
+	var done atomic.Int64
+	go func() {
+		for range events {
+			done.Add(1)
+		}
+	}()
+	go reportDone(runCtx, &done)
 	if err := client.Start(runCtx); err != nil {
 		return err
 	}
@@ -461,8 +560,10 @@ func edgepipeChild(ctx context.Context, url string, cfg *Config) error {
 			}
 		})
 	}
+	var done atomic.Int64
+	go reportDone(runCtx, &done)
 	completerErr := make(chan error, 1)
-	go func() { completerErr <- complete(ctx, s, completions, completeBatch) }()
+	go func() { completerErr <- complete(ctx, s, completions, completeBatch, &done) }()
 	fetchErr := fetchLoop(runCtx, s, work, idle, fetchBatch, cfg)
 	close(work)
 	wg.Wait()
@@ -532,7 +633,9 @@ func fetchLoop(ctx context.Context, s *postgres.Store, work chan<- pipeline.Clai
 	return nil
 }
 
-func complete(ctx context.Context, s *postgres.Store, completions <-chan pipeline.Finished, max int) error {
+// complete finishes the workers' jobs in batches with FinishMany and adds
+// the ones that committed to done.
+func complete(ctx context.Context, s *postgres.Store, completions <-chan pipeline.Finished, max int, done *atomic.Int64) error {
 	pending := make([]pipeline.Finished, 0, max)
 	var errs []error
 	flush := func() {
@@ -542,6 +645,13 @@ func complete(ctx context.Context, s *postgres.Store, completions <-chan pipelin
 		res, err := s.FinishMany(ctx, pending)
 		errs = append(errs, err)
 		errs = append(errs, res...)
+		if err == nil {
+			for _, e := range res {
+				if e == nil {
+					done.Add(1)
+				}
+			}
+		}
 		pending = pending[:0]
 	}
 	for f := range completions {
