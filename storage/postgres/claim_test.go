@@ -4,6 +4,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -147,5 +148,58 @@ func TestFetchClaimsPastLockedJob(t *testing.T) {
 	cs, _, err = s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 2, LeaseFor: time.Minute})
 	if err != nil || len(cs) == 0 || cs[0].Job.ID != "v1-a" {
 		t.Fatalf("after the lock is gone, Fetch claimed %v, %v; want v1-a first", cs, err)
+	}
+}
+
+// The claim without a tenant limit (qFetchPlain) runs on the claim pool,
+// whose sessions plan it generically: planned once per session, not on
+// every call, as Postgres' default did (its generic plan's estimate for
+// LIMIT $6 never came near a custom plan's; see claimPoolParams).
+// pg_prepared_statements counts each session's plans of each statement;
+// every session of the claim pool is read.
+func TestClaimPlannedOncePerSession(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, newDatabase(t), nil)
+	var batch []pipeline.NewJob
+	for i := range 40 {
+		batch = append(batch, newJob(fmt.Sprintf("v1-plan%02d", i)))
+	}
+	if err := s.CreateJobs(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	claimed := 0
+	for _, max := range []int{1, 2, 3, 1, 5, 8, 1, 2, 4, 3} { // more calls than auto's five custom plans
+		cs, stats, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w1", Max: max, LeaseFor: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cs) != max || stats.Claimed != max {
+			t.Fatalf("Max %d: claimed %d (stats %d)", max, len(cs), stats.Claimed)
+		}
+		claimed += len(cs)
+	}
+	conns := s.claims.AcquireAllIdle(ctx)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	var generic, custom, sessions int64
+	for _, c := range conns {
+		var g, cu int64
+		err := c.QueryRow(ctx, `SELECT coalesce(sum(generic_plans), 0), coalesce(sum(custom_plans), 0)
+			FROM pg_prepared_statements WHERE statement = $1`, qFetchPlain).Scan(&g, &cu)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g+cu > 0 {
+			sessions++
+		}
+		generic, custom = generic+g, custom+cu
+	}
+	if sessions == 0 || generic != 10 || custom != 0 {
+		t.Errorf("%d claims (%d jobs) in %d sessions: %d generic plans used, %d custom plans made; want every call on the one generic plan of its session",
+			10, claimed, sessions, generic, custom)
 	}
 }

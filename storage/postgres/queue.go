@@ -421,7 +421,7 @@ func (s *Store) fetchPlain(ctx context.Context, p *pipeline.FetchParams) (out []
 		out, plain = nil, false
 		now := s.now()
 		leaseExp := now + p.LeaseFor.Milliseconds()
-		return eachRow(s.pool.Query(ctx, qFetchPlain, now, p.Owner, leaseExp, string(ownerJSON),
+		return eachRow(s.claims.Query(ctx, qFetchPlain, now, p.Owner, leaseExp, string(ownerJSON),
 			p.Queue, p.Max, s.cfg.MaxDeliveries, atts))(func(r pgx.Rows) error {
 			var n *int64
 			skip[0], skip[1] = &plain, &n
