@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	mathrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -233,59 +232,6 @@ func tail(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
-
-// freePort hands out a TCP port on 127.0.0.1 for a process this test
-// starts. It picks below the kernel's ephemeral range
-// (/proc/sys/net/ipv4/ip_local_port_range): a port taken from that range
-// and closed again is free for the kernel to give to any outgoing
-// connection or `:0` listener before the process binds it (CI once saw an
-// API process fail with "address already in use" that way, and earlier two
-// crash-matrix cases given one port). Below the range only an explicit
-// bind can take it, and every explicit bind of this binary comes from
-// here: a port handed out once is never handed out again (a test may
-// restart its process on the same port).
-func freePort(t testing.TB) int {
-	t.Helper()
-	lo, hi := explicitPortRange()
-	for range 1000 {
-		port := lo + mathrand.IntN(hi-lo)
-		handedOutMu.Lock()
-		seen := handedOut[port]
-		handedOut[port] = true
-		handedOutMu.Unlock()
-		if seen {
-			continue
-		}
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue // taken by someone outside this binary
-		}
-		l.Close()
-		return port
-	}
-	t.Fatal("no free port below the ephemeral range that was not already handed out")
-	return 0
-}
-
-// explicitPortRange is [lo, hi): the ports under the kernel's ephemeral
-// range, above the well-known and most registered ones.
-func explicitPortRange() (lo, hi int) {
-	lo, hi = 20000, 32768 // Linux's default ephemeral range starts at 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
-				hi = n
-				lo = min(lo, n-10000)
-			}
-		}
-	}
-	return lo, hi
-}
-
-var (
-	handedOutMu sync.Mutex
-	handedOut   = map[int]bool{}
-)
 
 func randHex(n int) string {
 	b := make([]byte, n)

@@ -3,6 +3,7 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -115,13 +116,9 @@ func TestProxyFaults(t *testing.T) {
 
 func TestProxyUpstreamDown(t *testing.T) {
 	t.Parallel()
-	// An address nothing listens on: listen, note it, close.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().String()
-	ln.Close()
+	// An address nothing listens on: a port outside the ephemeral range
+	// (freePort), which no :0 listener of a parallel test can be given.
+	dead := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	for _, tt := range []struct {
 		name       string
 		downStatus int

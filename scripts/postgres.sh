@@ -21,13 +21,30 @@ as_pg() {
   if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
+# free_port picks a port below the kernel's ephemeral range, probed free:
+# initdb runs for seconds before postgres binds, and a port from the range
+# could meanwhile go to any outgoing connection or :0 listener.
 free_port() {
-  python3 - <<'PY' 2>/dev/null || echo $(( 20000 + RANDOM % 20000 ))
-import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()
+  python3 - <<'PY' 2>/dev/null || echo $(( 20000 + RANDOM % 10000 ))
+import random, socket
+try:
+    first = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except Exception:
+    first = 32768
+lo, hi = (min(20000, first - 10000), first) if first > 11000 else (20000, 32768)
+for _ in range(200):
+    port = random.randrange(lo, hi)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break
+else:
+    raise SystemExit(1)
 PY
 }
 

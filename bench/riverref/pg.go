@@ -189,8 +189,8 @@ func pgBurnDown(ctx context.Context, pc *PGConfig, side pgSide, procs int) (burn
 	res.workerCPU, res.workersOK = workersCPU(children, precise)
 	// The reports are checked against the database, off the clock but
 	// before the workers stop (stopping flushes their last completions):
-	// a worker that reported a job before its completion committed fails
-	// here.
+	// a worker that reported a job before its completion committed very
+	// likely fails here (the check follows the last report by a millisecond or two).
 	var n int
 	if err := conn.QueryRow(ctx, side.doneQuery).Scan(&n); err != nil {
 		return res, fmt.Errorf("count completed: %w", err)

@@ -203,3 +203,29 @@ func TestClaimPlannedOncePerSession(t *testing.T) {
 			10, claimed, sessions, generic, custom)
 	}
 }
+
+// The claim pool connects only when a claim needs it: the URL's
+// pool_min_conns sizes the main pool alone, so a process that never claims
+// (an API server) opens no claiming session.
+func TestClaimPoolConnectsOnlyToClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, newDatabase(t)+"&pool_min_conns=3", nil)
+	waitUntil := time.Now().Add(10 * time.Second)
+	for s.pool.Stat().TotalConns() < 3 && time.Now().Before(waitUntil) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := s.pool.Stat().TotalConns(); n < 3 {
+		t.Fatalf("the main pool holds %d connections, want pool_min_conns=3", n)
+	}
+	time.Sleep(100 * time.Millisecond) // the pools fill their minimum in the background
+	if n := s.claims.Stat().TotalConns(); n != 0 {
+		t.Errorf("the claim pool holds %d connections before any claim", n)
+	}
+	if _, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w1", Max: 1, LeaseFor: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.claims.Stat().TotalConns(); n != 1 {
+		t.Errorf("the claim pool holds %d connections after one claim, want 1", n)
+	}
+}

@@ -159,14 +159,19 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 // call. Its generic plan is the same index scans as a custom plan, but with
 // LIMIT $6 its cost is estimated for a tenth of the visible messages, so it
 // never came near a custom plan's for the actual limit, and Postgres kept
-// choosing custom plans: 0.6 ms of planning a call, 200 µs a job where
-// fetches claim a few jobs each (20 ms jobs, bench/riverref -work), 13 µs a
-// job in a no-op burn-down. Only this statement runs here: the listings
+// choosing custom plans once the queue held thousands of messages with
+// planner statistics (at 40 jobs, or 10,000 without statistics, it went
+// generic after five): 0.6 ms of planning a call, 200 µs a job where
+// fetches claim a few jobs each (20 ms jobs, bench/riverref -work), 13 µs
+// a job in a no-op burn-down. Only this statement runs here: the listings
 // depend on custom plans (TestListingsPlannedWithTheirValues).
 func claimPoolParams(pc *pgxpool.Config, maxConns int32) {
 	pc.MaxConns = min(maxConns, 4)
+	pc.MinConns, pc.MinIdleConns = 0, 0 // not the URL's pool_min_conns: only a claimer connects
 	// A SET when the session starts rather than a startup parameter, which
-	// a connection pooler such as PgBouncer may refuse.
+	// a connection pooler such as PgBouncer may refuse. Behind a pooler it
+	// must be in session mode: in transaction mode the SET would stay on a
+	// server connection that other statements, listings among them, reuse.
 	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		_, err := c.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
 		return err
