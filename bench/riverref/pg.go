@@ -178,69 +178,67 @@ func pgBurnDown(ctx context.Context, pc *PGConfig, side pgSide, procs int) (burn
 			return res, fmt.Errorf("release child: %w", err)
 		}
 	}
-	if pc.Config.CountInDB {
-		if err := countInDB(ctx, conn, side, pc.Jobs); err != nil {
-			return res, err
+	// How far the burn-down is: the database's count every 10 ms
+	// (Config.CountInDB), or the sum of the children's reports every
+	// millisecond (reportDone).
+	progress, every := func() (int, error) {
+		n := 0
+		for _, c := range children {
+			n += int(c.done.Load())
 		}
-	} else if err := countReported(ctx, children, pc.Jobs); err != nil {
+		return n, nil
+	}, time.Millisecond
+	if pc.Config.CountInDB {
+		progress, every = func() (int, error) { return countDone(ctx, conn, side) }, 10*time.Millisecond
+	}
+	if err := awaitAll(ctx, progress, every, pc.Jobs); err != nil {
 		return res, err
 	}
 	res.d = time.Since(start)
 	res.workerCPU, res.workersOK = workersCPU(children, precise)
+	res.workerCPU -= startCPU
+	// A thread that exited in between takes its time with it (rare in Go).
+	res.workersOK = res.workersOK && startOK && res.workerCPU >= 0
 	// The reports are checked against the database, off the clock but
 	// before the workers stop (stopping flushes their last completions):
 	// a worker that reported a job before its completion committed very
 	// likely fails here (the check follows the last report by a millisecond or two).
-	var n int
-	if err := conn.QueryRow(ctx, side.doneQuery).Scan(&n); err != nil {
-		return res, fmt.Errorf("count completed: %w", err)
+	n, err := countDone(ctx, conn, side)
+	if err != nil {
+		return res, err
 	}
 	if n != pc.Jobs {
 		return res, fmt.Errorf("the workers reported every job completed, the database holds %d of %d", n, pc.Jobs)
 	}
-	res.workerCPU -= startCPU
-	// A thread that exited in between takes its time with it (rare in Go).
-	res.workersOK = res.workersOK && startOK && res.workerCPU >= 0
 	stopChildren(children)
 	stopped = true
 	res.dbCPU, res.dbCPUok = server.used(ctx)
 	return res, nil
 }
 
-// countInDB waits until the database counts every job completed
-// (Config.CountInDB).
-func countInDB(ctx context.Context, conn *pgx.Conn, side pgSide, jobs int) error {
-	for {
-		var n int
-		if err := conn.QueryRow(ctx, side.doneQuery).Scan(&n); err != nil {
-			return fmt.Errorf("count completed: %w", err)
-		}
-		if n == jobs {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("stalled at %d of %d: %w", n, jobs, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
-		}
+// countDone is how many jobs the database holds completed.
+func countDone(ctx context.Context, conn *pgx.Conn, side pgSide) (int, error) {
+	var n int
+	if err := conn.QueryRow(ctx, side.doneQuery).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count completed: %w", err)
 	}
+	return n, nil
 }
 
-// countReported waits until the children's reports (reportDone) add up
-// to every job.
-func countReported(ctx context.Context, children []*child, jobs int) error {
+// awaitAll polls progress every interval until it reaches jobs.
+func awaitAll(ctx context.Context, progress func() (int, error), every time.Duration, jobs int) error {
 	for {
-		n := 0
-		for _, c := range children {
-			n += int(c.done.Load())
+		n, err := progress()
+		if err != nil {
+			return err
 		}
 		if n >= jobs {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("stalled at %d of %d reported: %w", n, jobs, ctx.Err())
-		case <-time.After(time.Millisecond):
+			return fmt.Errorf("stalled at %d of %d: %w", n, jobs, ctx.Err())
+		case <-time.After(every):
 		}
 	}
 }
