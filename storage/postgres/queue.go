@@ -190,21 +190,21 @@ func runningOf(ctx context.Context, tx pgx.Tx, tenant string, now int64) func() 
 
 func (s *Store) triage(ctx context.Context, tx pgx.Tx, now int64, queue string, cands []candidate, stats *pipeline.FetchStats, slots *pipeline.TenantSlots) ([]claimArg, error) {
 	var claims []claimArg
-	var acks []int64
+	var acks []string
 	for _, c := range cands {
 		switch {
 		case c.status.Settled():
-			acks = append(acks, c.msgID)
+			acks = append(acks, c.jobID)
 			stats.AckedSettled++
 			continue
 		case c.status == pipeline.StatusRunning && c.leaseExp != nil && *c.leaseExp > now:
-			if _, err := tx.Exec(ctx, `UPDATE queue_messages SET visible_at = $1 WHERE id = $2`, *c.leaseExp, c.msgID); err != nil {
+			if _, err := tx.Exec(ctx, `UPDATE queue_messages SET visible_at = $1 WHERE job_id = $2`, *c.leaseExp, c.jobID); err != nil {
 				return nil, err
 			}
 			stats.Deferred++
 			continue
 		case c.status == pipeline.StatusRetryWait && c.nextRun != nil && *c.nextRun > now:
-			if _, err := tx.Exec(ctx, `UPDATE queue_messages SET visible_at = $1 WHERE id = $2`, *c.nextRun, c.msgID); err != nil {
+			if _, err := tx.Exec(ctx, `UPDATE queue_messages SET visible_at = $1 WHERE job_id = $2`, *c.nextRun, c.jobID); err != nil {
 				return nil, err
 			}
 			stats.Deferred++
@@ -231,7 +231,7 @@ func (s *Store) triage(ctx context.Context, tx pgx.Tx, now int64, queue string, 
 		claims = append(claims, claimArg{jobID: c.jobID, msgID: c.msgID, from: c.status, deliveries: c.deliveries + 1})
 	}
 	if len(acks) > 0 {
-		if _, err := tx.Exec(ctx, `DELETE FROM queue_messages WHERE id = ANY($1::bigint[])`, acks); err != nil {
+		if _, err := tx.Exec(ctx, `DELETE FROM queue_messages WHERE job_id = ANY($1::text[])`, acks); err != nil {
 			return nil, err
 		}
 	}
@@ -268,7 +268,7 @@ var claimCTEs = `upd AS (
 	RETURNING c.n, c.msg_id, c.deliveries, c.from_status, ` + sqlcols.Prefixed("jobs.", claimColumns) + `
 ), msgs AS (
 	UPDATE queue_messages SET delivery_count = delivery_count + 1, visible_at = $3, last_delivered_at = $1
-	WHERE id = ANY(ARRAY(SELECT msg_id FROM upd))
+	WHERE job_id = ANY(ARRAY(SELECT id COLLATE "default" FROM upd))
 ), ev AS (
 	INSERT INTO job_events (job_id, at, kind, from_status, to_status, attempt_id, detail_json)
 	SELECT upd.id, $1, 'status', upd.from_status, 'running', upd.attempt_id,
@@ -455,6 +455,9 @@ func (s *Store) poison(ctx context.Context, tx pgx.Tx, now int64, queue, jobID s
 }
 
 // Ack removes a message. Acking a message that is gone is not an error.
+// Messages are keyed by their job (migration 0009), so this reads the
+// queue's table to find the id: it is for tests and operators; the
+// workers' acks go by job.
 func (s *Store) Ack(ctx context.Context, messageID int64) error {
 	_, err := s.pool.Exec(ctx, `DELETE FROM queue_messages WHERE id = $1`, messageID)
 	return translate(err)
