@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -500,6 +501,163 @@ func TestWorkerLogsWhatOnlyItSees(t *testing.T) {
 		stop(t, w)
 		if !strings.Contains(logs.String(), "database is locked") {
 			t.Errorf("the warning does not carry its error:\n%s", logs.String())
+		}
+	})
+}
+
+// claimGate is the harness's store with every Fetch held until another
+// Fetch runs beside it (or hold passes), so a test sees whether the worker
+// overlaps its claims. It checks on every Fetch that the worker asks only
+// for slots it has: the jobs claimed and not yet finished or released,
+// plus what every claim in flight asks for, never exceed concurrency.
+type claimGate struct {
+	pipeline.Store
+	concurrency int
+	hold        time.Duration
+
+	mu          sync.Mutex
+	inFlight    int // fetches running
+	maxInFlight int
+	asked       int // slots the running fetches asked for
+	leased      int // jobs claimed and not yet finished or released
+	overAsked   []string
+	overlap     chan struct{} // closed when two fetches first run together
+}
+
+func (g *claimGate) Fetch(ctx context.Context, p *pipeline.FetchParams) ([]pipeline.Claimed, pipeline.FetchStats, error) {
+	g.mu.Lock()
+	g.inFlight++
+	g.asked += p.Max
+	if g.leased+g.asked > g.concurrency {
+		g.overAsked = append(g.overAsked, fmt.Sprintf("%d leased + %d asked by %d fetches > %d slots",
+			g.leased, g.asked, g.inFlight, g.concurrency))
+	}
+	if g.inFlight > g.maxInFlight {
+		g.maxInFlight = g.inFlight
+		if g.inFlight == 2 {
+			close(g.overlap)
+		}
+	}
+	g.mu.Unlock()
+	select {
+	case <-g.overlap:
+	case <-time.After(g.hold):
+	case <-ctx.Done():
+	}
+	cs, st, err := g.Store.Fetch(ctx, p)
+	g.mu.Lock()
+	g.inFlight--
+	g.asked -= p.Max
+	g.leased += len(cs)
+	g.mu.Unlock()
+	return cs, st, err
+}
+
+func (g *claimGate) ended() {
+	g.mu.Lock()
+	g.leased--
+	g.mu.Unlock()
+}
+
+func (g *claimGate) Finish(ctx context.Context, l pipeline.Lease, o pipeline.Outcome) error {
+	defer g.ended()
+	return g.Store.Finish(ctx, l, o)
+}
+
+func (g *claimGate) Release(ctx context.Context, l pipeline.Lease) error {
+	defer g.ended()
+	return g.Store.Release(ctx, l)
+}
+
+func (g *claimGate) stats() (maxInFlight int, overAsked []string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.maxInFlight, append([]string(nil), g.overAsked...)
+}
+
+// While its queues hold a backlog a worker claims again for the slots that
+// free while a claim is still running (up to Fetchers claims at once),
+// never asking for more slots than it has; an idle worker polls with one
+// claim at a time. With one claim at a time, a worker of short jobs waited
+// on each claim with its slots empty.
+func TestWorkerOverlapsClaimsOnlyWhileABacklogDrains(t *testing.T) {
+	t.Parallel()
+	start := func(t *testing.T, h *harness, g *claimGate, fetchers int) {
+		t.Helper()
+		w, err := pipeline.NewWorker(pipeline.WorkerConfig{Store: g, Engine: h.engine, Queues: []string{"render-v1", "render-v2"},
+			Owner: "test", Concurrency: g.concurrency, Fetchers: fetchers, LeaseFor: 3 * time.Second, Poll: time.Millisecond,
+			Clock: h.clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := w.Stop(context.Background()); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name     string
+		fetchers int
+		want     int
+	}{
+		{"backlog, two fetchers", 2, 2},
+		{"backlog, one fetcher", 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			var ids []string
+			for i := range 12 {
+				id := fmt.Sprintf("v1-backlog%02d", i)
+				ids = append(ids, id)
+				h.submit(id, board(img("p "+id, "", 600)))
+			}
+			g := &claimGate{Store: h.store, concurrency: 3, hold: 300 * time.Millisecond, overlap: make(chan struct{})}
+			start(t, h, g, tc.fetchers)
+			waitFor(t, "every job to settle", func() bool {
+				for _, id := range ids {
+					if !h.job(id).Status.Settled() {
+						return false
+					}
+				}
+				return true
+			})
+			maxInFlight, over := g.stats()
+			if maxInFlight != tc.want {
+				t.Errorf("at most %d claims ran at once, want %d", maxInFlight, tc.want)
+			}
+			for _, o := range over {
+				t.Errorf("a claim asked for slots the worker did not have: %s", o)
+			}
+			for _, id := range ids {
+				if st := h.job(id).Status; st != pipeline.StatusSucceeded {
+					t.Errorf("%s: %s", id, st)
+				}
+			}
+		})
+	}
+	// A claim asks for every free slot, so a second one can start only
+	// when a slot frees while the first runs: here the one job ends while
+	// the worker polls its empty queues, and the freed slot waits for
+	// the next poll instead of starting a claim beside the running one.
+	t.Run("idle", func(t *testing.T) {
+		t.Parallel()
+		entered, release := make(chan struct{}, 8), make(chan struct{})
+		h := newHarness(t, blockingProviders(entered, release))
+		h.submit("v1-last", board(img("p last", "", 600)))
+		g := &claimGate{Store: h.store, concurrency: 3, hold: 5 * time.Millisecond, overlap: make(chan struct{})}
+		start(t, h, g, 2)
+		within(t, entered, "the job's provider call")
+		time.Sleep(50 * time.Millisecond) // the worker polls both empty queues, a claim in flight most of the time
+		close(release)
+		waitFor(t, "the job to settle", func() bool { return h.job("v1-last").Status.Settled() })
+		time.Sleep(50 * time.Millisecond)
+		if maxInFlight, _ := g.stats(); maxInFlight != 1 {
+			t.Errorf("a worker whose queues were empty ran %d claims at once, want 1", maxInFlight)
 		}
 	})
 }
