@@ -29,10 +29,6 @@ type WorkerConfig struct {
 	TenantMaxRunning int
 	// Poll is how long an idle worker waits before fetching again.
 	Poll time.Duration
-	// Fetchers is how many claims a worker may have in flight at once
-	// while its queues hold a backlog; an idle worker polls with one.
-	// Default DefaultFetchers.
-	Fetchers int
 	// Wake, when set, ends an idle wait early: a store that announces new
 	// messages on commit (Postgres LISTEN/NOTIFY, storage/postgres.Listener)
 	// sends on it, so a submission starts at once instead of at the next
@@ -57,11 +53,6 @@ type WorkerConfig struct {
 // Postgres, the commits of this process on SQLite) end the wait early.
 const DefaultPoll = 200 * time.Millisecond
 
-// DefaultFetchers is WorkerConfig.Fetchers unless configured: a second
-// claim runs while the first one's jobs start, which is what a worker of
-// short jobs waits on; more found no more on two cores (bench/riverref).
-const DefaultFetchers = 2
-
 // DefaultLeaseFor is a job lease's length unless configured
 // (EDGEPIPE_LEASE).
 const DefaultLeaseFor = 30 * time.Second
@@ -79,9 +70,6 @@ func (c *WorkerConfig) setDefaults() {
 	}
 	if c.Poll == 0 {
 		c.Poll = DefaultPoll
-	}
-	if c.Fetchers == 0 {
-		c.Fetchers = DefaultFetchers
 	}
 	if c.PruneEvery == 0 {
 		c.PruneEvery = 10 * time.Minute
@@ -108,8 +96,6 @@ func (c WorkerConfig) Validate() error {
 		return errors.New("worker: owner is required")
 	case c.Concurrency < 1:
 		return errors.New("worker: concurrency must be at least 1")
-	case c.Fetchers < 1:
-		return errors.New("worker: fetchers must be at least 1")
 	case c.LeaseFor < time.Second:
 		return errors.New("worker: lease must be at least 1s")
 	case c.TenantMaxRunning < 0:
@@ -199,33 +185,12 @@ func (w *Worker) Stop(ctx context.Context) error {
 	return nil
 }
 
-// fetched is what one claim brought back to the loop: how many slots it
-// had asked for, and the jobs it claimed.
-type fetched struct {
-	asked   int
-	claimed []Claimed
-}
-
 // loop claims jobs until the loop context ends; each attempt runs under the
-// work context. It claims only for free slots: the slots a claim asks for
-// are set aside until it returns, so no worker holds a lease it has no
-// slot to run. While the queues hold a backlog (the last claim filled
-// every slot it asked for) it starts another claim for the slots that
-// freed meanwhile, up to Fetchers claims at once: with short jobs a single
-// claim at a time was the whole worker's limit, the slots emptying while
-// the next claim ran (bench/riverref: one claim statement in flight, the
-// database working on it two thirds of the time). A claim that comes back
-// short or empty ends the backlog, so an idle worker polls with one claim
-// at a time, as before.
+// work context.
 func (w *Worker) loop(loop, work context.Context) {
-	results := make(chan fetched, w.cfg.Fetchers)
-	// ended has room for every attempt that can run at once: an attempt
-	// ending after the loop has returned does not block.
-	ended := make(chan struct{}, w.cfg.Concurrency)
-	running, asked, fetching := 0, 0, 0 // attempts running, slots claims in flight asked for, claims in flight
-	backlog := false
+	slots := make(chan struct{}, w.cfg.Concurrency)
 	next := 0
-	// empty counts the claims in a row that claimed nothing. The loop
+	// empty counts the fetches in a row that claimed nothing. The loop
 	// waits for its poll (or a wake-up) only when it reaches one per
 	// queue: every queue was empty. A slot that frees while the turn is
 	// on an empty queue must go on to the next queue, not sleep: with two
@@ -233,60 +198,48 @@ func (w *Worker) loop(loop, work context.Context) {
 	// while the other queue held work (bench render 20: workers paused
 	// 125-200 ms between jobs).
 	empty := 0
-	// While idle (every queue was empty) no claim starts until the poll
-	// interval passes or the store sends a wake-up; the wake-up is read
-	// only then, so a hint that arrives while a claim runs stays for the
-	// next wait.
-	var idle <-chan time.Time
-	var wake <-chan struct{}
-	stop := loop.Done()
 	for {
-		free := w.cfg.Concurrency - running - asked
-		if stop != nil && loop.Err() == nil && idle == nil && free > 0 && (fetching == 0 || backlog && fetching < w.cfg.Fetchers) {
-			queue := w.cfg.Queues[next%len(w.cfg.Queues)]
-			next++
-			fetching++
-			asked += free
-			go func() {
-				claimed, _, err := w.cfg.Store.Fetch(loop, &FetchParams{Queue: queue, Owner: w.cfg.Owner, Max: free,
-					LeaseFor: w.cfg.LeaseFor, TenantMaxRunning: w.cfg.TenantMaxRunning})
-				if err != nil && loop.Err() == nil {
-					w.log.Warn("fetch failed", "queue", queue, "err", err)
-				}
-				results <- fetched{asked: free, claimed: claimed}
-			}()
-			continue
-		}
-		if stop == nil && fetching == 0 {
+		if loop.Err() != nil {
 			return
 		}
-		select {
-		case r := <-results:
-			fetching--
-			asked -= r.asked
-			for _, c := range r.claimed {
-				running++
-				w.inflight.Add(1)
-				go func() {
-					defer func() { ended <- struct{}{}; w.inflight.Done() }()
-					w.run(work, c)
-				}()
+		free := w.cfg.Concurrency - len(slots)
+		if free == 0 {
+			select {
+			case slots <- struct{}{}: // wait for a slot, then give it back
+				<-slots
+			case <-loop.Done():
+				return
+			case <-time.After(w.cfg.Poll):
 			}
-			backlog = len(r.claimed) == r.asked
-			if len(r.claimed) > 0 {
-				empty = 0
-			} else if empty++; empty >= len(w.cfg.Queues) && fetching == 0 {
-				empty = 0
-				idle, wake = time.After(w.cfg.Poll), w.cfg.Wake // a nil Wake (no hints) blocks for ever
+			continue
+		}
+		queue := w.cfg.Queues[next%len(w.cfg.Queues)]
+		next++
+		claimed, _, err := w.cfg.Store.Fetch(loop, &FetchParams{Queue: queue, Owner: w.cfg.Owner, Max: free,
+			LeaseFor: w.cfg.LeaseFor, TenantMaxRunning: w.cfg.TenantMaxRunning})
+		if err != nil && loop.Err() == nil {
+			w.log.Warn("fetch failed", "queue", queue, "err", err)
+		}
+		for _, c := range claimed {
+			slots <- struct{}{}
+			w.inflight.Add(1)
+			go func() {
+				defer func() { <-slots; w.inflight.Done() }()
+				w.run(work, c)
+			}()
+		}
+		if len(claimed) > 0 {
+			empty = 0
+			continue
+		}
+		if empty++; empty >= len(w.cfg.Queues) {
+			empty = 0
+			select {
+			case <-loop.Done():
+				return
+			case <-w.cfg.Wake: // nil (no hint) blocks forever
+			case <-time.After(w.cfg.Poll):
 			}
-		case <-ended:
-			running--
-		case <-idle:
-			idle, wake = nil, nil
-		case <-wake:
-			idle, wake = nil, nil
-		case <-stop:
-			stop = nil // claims in flight come back (cancelled, or with jobs, which run)
 		}
 	}
 }

@@ -32,7 +32,6 @@ import (
 	"syscall"
 	"time"
 
-	"edgepipe/pipeline"
 	_ "github.com/mattn/go-sqlite3"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
@@ -54,11 +53,6 @@ type Config struct {
 	// settled on; River's own defaults (100ms/1s) would make this a strawman.
 	FetchCooldown     time.Duration
 	FetchPollInterval time.Duration
-
-	// Fetchers is how many claims an edgepipe worker process may have in
-	// flight while its queue holds a backlog (pipeline.WorkerConfig.Fetchers,
-	// whose default 0 means). River's producer runs one fetch at a time.
-	Fetchers int
 
 	// Work is how long each job takes, waiting as a job waits on a
 	// provider (Postgres mode, both sides; 0 = a no-op). With it the
@@ -106,8 +100,6 @@ func (c *Config) Validate() error {
 		return errors.New("jobs must be at least 1")
 	case c.Workers < 1 || c.Workers > 10_000:
 		return errors.New("workers must be between 1 and 10000 (River's MaxWorkers limit)")
-	case c.Fetchers < 0:
-		return errors.New("fetchers must not be negative")
 	case c.InsertBatch < 1:
 		return errors.New("insert batch must be at least 1")
 	case c.FetchCooldown < river.FetchCooldownMin:
@@ -146,7 +138,6 @@ func main() {
 	flag.IntVar(&cfg.InsertBatch, "insert-batch", 5_000, "jobs per InsertMany call")
 	flag.DurationVar(&cfg.FetchCooldown, "fetch-cooldown", 2*time.Millisecond, "River FetchCooldown")
 	flag.DurationVar(&cfg.FetchPollInterval, "fetch-poll-interval", 20*time.Millisecond, "River FetchPollInterval")
-	flag.IntVar(&cfg.Fetchers, "fetchers", pipeline.DefaultFetchers, "Postgres mode: claims an edgepipe worker process may have in flight while its queue holds a backlog (pipeline.WorkerConfig.Fetchers)")
 	flag.DurationVar(&cfg.Work, "work", 0, "Postgres mode: how long each job waits before it completes, on both sides (0 = no-op jobs)")
 	flag.BoolVar(&cfg.PollOnly, "poll-only", false, "River PollOnly (skip riversqlite's emulated LISTEN)")
 	flag.IntVar(&cfg.StmtCache, "stmt-cache", 64, "mattn/go-sqlite3 _stmt_cache_size (prepared statements kept per connection; 0 = off, the driver's default)")

@@ -277,8 +277,7 @@ func startChildren(ctx context.Context, side, url string, pc *PGConfig, procs in
 			"-workers", strconv.Itoa(pc.Workers),
 			"-fetch-cooldown", pc.Config.FetchCooldown.String(),
 			"-fetch-poll-interval", pc.Config.FetchPollInterval.String(),
-			"-work", pc.Config.Work.String(),
-			"-fetchers", strconv.Itoa(pc.Config.Fetchers))
+			"-work", pc.Config.Work.String())
 		if pc.ChildProfile != "" {
 			cmd.Args = append(cmd.Args, "-child-cpuprofile", pc.ChildProfile+"."+side)
 		}
@@ -590,78 +589,46 @@ func (w *idleWorkers) add(d int) {
 	}
 }
 
-// take sets aside up to max idle workers for a claim; the claim gives
-// back (add) those it found no job for.
-func (w *idleWorkers) take(max int) int {
+func (w *idleWorkers) count() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n := min(w.n, max)
-	w.n -= n
-	return n
+	return w.n
 }
 
-// fetchLoop claims for idle workers as pipeline.Worker's loop does: the
-// workers a claim asks for are set aside until it returns, and while the
-// queue holds a backlog (the last claim filled what it asked for) another
-// claim starts for the workers that freed meanwhile, up to cfg.Fetchers at
-// once. After a claim that came back short, with none in flight, it waits
-// FetchCooldown (FetchPollInterval when it claimed nothing), as River's
-// producer does.
 func fetchLoop(ctx context.Context, s *postgres.Store, work chan<- pipeline.Claimed, idle *idleWorkers, batch int, cfg *Config) error {
 	owner := fmt.Sprintf("riverref-%d", os.Getpid())
-	type result struct {
-		asked int
-		cs    []pipeline.Claimed
-		err   error
-	}
-	fetchers := cfg.Fetchers
-	if fetchers == 0 {
-		fetchers = pipeline.DefaultFetchers
-	}
-	results := make(chan result, fetchers)
-	fetching, backlog := 0, false
-	var pause <-chan time.Time
-	var firstErr error
-	stop := ctx.Done()
-	for {
-		if stop != nil && firstErr == nil && pause == nil && (fetching == 0 || backlog && fetching < fetchers) {
-			if n := idle.take(batch); n > 0 {
-				fetching++
-				go func() {
-					cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: owner, Max: n, LeaseFor: time.Minute})
-					results <- result{asked: n, cs: cs, err: err}
-				}()
-				continue
+	for ctx.Err() == nil {
+		limit := min(idle.count(), batch)
+		if limit == 0 {
+			select {
+			case <-ctx.Done():
+			case <-idle.freed:
+			}
+			continue
+		}
+		cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: owner, Max: limit, LeaseFor: time.Minute})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		idle.add(-len(cs))
+		wait := cfg.FetchCooldown
+		if len(cs) == 0 {
+			wait = cfg.FetchPollInterval
+		}
+		for _, c := range cs {
+			work <- c
+		}
+		if len(cs) < limit {
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
 			}
 		}
-		if fetching == 0 && (stop == nil || firstErr != nil) {
-			return firstErr
-		}
-		select {
-		case r := <-results:
-			fetching--
-			if r.err != nil && ctx.Err() == nil && firstErr == nil {
-				firstErr = r.err
-			}
-			idle.add(r.asked - len(r.cs))
-			for _, c := range r.cs {
-				work <- c
-			}
-			backlog = len(r.cs) == r.asked
-			if !backlog && fetching == 0 {
-				wait := cfg.FetchCooldown
-				if len(r.cs) == 0 {
-					wait = cfg.FetchPollInterval
-				}
-				pause = time.After(wait)
-			}
-		case <-pause:
-			pause = nil
-		case <-idle.freed:
-		case <-stop:
-			stop = nil
-		}
 	}
+	return nil
 }
 
 // complete finishes the workers' jobs in batches with FinishMany and adds
