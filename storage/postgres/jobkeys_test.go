@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -290,5 +291,84 @@ func TestKeyConflictSkipStaysInItsTransaction(t *testing.T) {
 	}
 	if _, err := rawInsertJob(ctx, s.pool, "raw-1", "acme", "raw-1", nj.IdempotencyKey); sqlState(err) != "23505" {
 		t.Fatalf("a held key inserted on the pool's connection: %v, want a unique violation", err)
+	}
+}
+
+// A database migrated before 0009 keeps its queue messages, which are then
+// keyed by their job: the primary key is the unique index on job_id, the
+// identity column has no index of its own, and the queue still works.
+func TestMessageKeyMigration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := newDatabase(t)
+	raw := rawPostgres(t, url).(*rawDB).conn
+	ms, err := loadMigrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(ctx, `CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.Version >= 9 {
+			break
+		}
+		if _, err := raw.Exec(ctx, m.SQL, pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatalf("%s: %v", m.Name, err)
+		}
+		if _, err := raw.Exec(ctx, `INSERT INTO schema_migrations VALUES ($1, $2, 0)`, m.Version, m.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"v1-old1", "v1-old2"} {
+		if _, err := rawInsertJob(ctx, raw, id, "alice", id, "k-"+id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := raw.Exec(ctx, `INSERT INTO queue_messages (queue, job_id, enqueued_at, visible_at) VALUES ('render-v1', $1, 0, 0)`, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := openTest(t, url, nil)
+	if v, err := s.SchemaVersion(ctx); err != nil || v < 9 {
+		t.Fatalf("schema version %d, %v", v, err)
+	}
+	var indexes []string
+	rows, err := raw.Query(ctx, `SELECT indexrelid::regclass::text || CASE WHEN indisprimary THEN ' primary ' ELSE ' ' END ||
+		regexp_replace(pg_get_indexdef(indexrelid), '^.* USING ', 'UNIQUE=' || indisunique::text || ' ') FROM pg_index WHERE indrelid = 'queue_messages'::regclass ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var d string
+		if err := rows.Scan(&d); err != nil {
+			t.Fatal(err)
+		}
+		indexes = append(indexes, d)
+	}
+	if rows.Close(); rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	want := []string{
+		"queue_messages_pkey primary UNIQUE=true btree (job_id)",
+		"queue_messages_ready UNIQUE=false btree (queue, visible_at, id)",
+	}
+	if strings.Join(indexes, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("queue_messages' indexes after 0009:\n%s\nwant\n%s", strings.Join(indexes, "\n"), strings.Join(want, "\n"))
+	}
+	if _, err := raw.Exec(ctx, `INSERT INTO queue_messages (queue, job_id, enqueued_at, visible_at) VALUES ('render-v1', 'v1-old1', 0, 0)`); sqlState(err) != "23505" {
+		t.Fatalf("a second message for a job: %v, want unique_violation", err)
+	}
+	cs, _, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w", Max: 10, LeaseFor: time.Minute})
+	if err != nil || len(cs) != 2 {
+		t.Fatalf("fetch after the migration: %d claimed, %v", len(cs), err)
+	}
+	for _, c := range cs {
+		if err := s.Finish(ctx, c.Lease, pipeline.Outcome{Status: pipeline.StatusSucceeded}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var left int
+	if err := raw.QueryRow(ctx, `SELECT count(*) FROM queue_messages`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d messages left after both jobs settled (%v)", left, err)
 	}
 }

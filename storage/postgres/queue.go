@@ -456,8 +456,8 @@ func (s *Store) poison(ctx context.Context, tx pgx.Tx, now int64, queue, jobID s
 
 // Ack removes a message. Acking a message that is gone is not an error.
 // Messages are keyed by their job (migration 0009), so this reads the
-// queue's table to find the id: it is for tests and operators; the
-// workers' acks go by job.
+// queue's table to find the id: only tests call it; the workers' acks go
+// by job.
 func (s *Store) Ack(ctx context.Context, messageID int64) error {
 	_, err := s.pool.Exec(ctx, `DELETE FROM queue_messages WHERE id = $1`, messageID)
 	return translate(err)

@@ -26,6 +26,8 @@ var suite = []struct {
 	{"LateFinishAfterJobLeftRunning", testLateFinishAfterJobLeftRunning},
 	{"FinishAtLeaseEdge", testFinishAtLeaseEdge},
 	{"FetchDefersLiveLease", testFetchDefersLiveLease},
+	{"FetchDefersRetryWait", testFetchDefersRetryWait},
+	{"ClaimFindsMessageByJobKey", testClaimFindsMessageByJobKey},
 	{"DuplicateMessagesMerge", testDuplicateMessagesMerge},
 	{"CreateJobsBatch", testCreateJobsBatch},
 	{"CreateJobInput", testCreateJobInput},
