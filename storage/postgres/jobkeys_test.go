@@ -147,7 +147,11 @@ func TestJobKeysMigration(t *testing.T) {
 	}
 }
 
-func testJobKeysMigration(t *testing.T, before int) {
+// databaseBefore is a new database migrated up to, not including,
+// migration before, as a store of an older edgepipe left it, and a raw
+// connection to it.
+func databaseBefore(t *testing.T, before int) (string, *pgx.Conn) {
+	t.Helper()
 	ctx := context.Background()
 	url := newDatabase(t)
 	raw := rawPostgres(t, url).(*rawDB).conn
@@ -169,6 +173,12 @@ func testJobKeysMigration(t *testing.T, before int) {
 			t.Fatal(err)
 		}
 	}
+	return url, raw
+}
+
+func testJobKeysMigration(t *testing.T, before int) {
+	ctx := context.Background()
+	url, raw := databaseBefore(t, before)
 	for i, j := range [][3]string{{"v1-old1", "alice", "k1"}, {"v1-old2", "bob", "k1"}} {
 		if _, err := rawInsertJob(ctx, raw, j[0], j[1], "x", j[2]); err != nil {
 			t.Fatal(err)
@@ -300,26 +310,7 @@ func TestKeyConflictSkipStaysInItsTransaction(t *testing.T) {
 func TestMessageKeyMigration(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := newDatabase(t)
-	raw := rawPostgres(t, url).(*rawDB).conn
-	ms, err := loadMigrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := raw.Exec(ctx, `CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range ms {
-		if m.Version >= 9 {
-			break
-		}
-		if _, err := raw.Exec(ctx, m.SQL, pgx.QueryExecModeSimpleProtocol); err != nil {
-			t.Fatalf("%s: %v", m.Name, err)
-		}
-		if _, err := raw.Exec(ctx, `INSERT INTO schema_migrations VALUES ($1, $2, 0)`, m.Version, m.Name); err != nil {
-			t.Fatal(err)
-		}
-	}
+	url, raw := databaseBefore(t, 9)
 	for _, id := range []string{"v1-old1", "v1-old2"} {
 		if _, err := rawInsertJob(ctx, raw, id, "alice", id, "k-"+id); err != nil {
 			t.Fatal(err)
