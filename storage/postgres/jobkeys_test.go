@@ -323,21 +323,14 @@ func TestMessageKeyMigration(t *testing.T) {
 	if v, err := s.SchemaVersion(ctx); err != nil || v < 9 {
 		t.Fatalf("schema version %d, %v", v, err)
 	}
-	var indexes []string
 	rows, err := raw.Query(ctx, `SELECT indexrelid::regclass::text || CASE WHEN indisprimary THEN ' primary ' ELSE ' ' END ||
 		regexp_replace(pg_get_indexdef(indexrelid), '^.* USING ', 'UNIQUE=' || indisunique::text || ' ') FROM pg_index WHERE indrelid = 'queue_messages'::regclass ORDER BY 1`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for rows.Next() {
-		var d string
-		if err := rows.Scan(&d); err != nil {
-			t.Fatal(err)
-		}
-		indexes = append(indexes, d)
-	}
-	if rows.Close(); rows.Err() != nil {
-		t.Fatal(rows.Err())
+	indexes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
 	}
 	want := []string{
 		"queue_messages_pkey primary UNIQUE=true btree (job_id)",

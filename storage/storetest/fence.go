@@ -74,16 +74,7 @@ func testFetchDefersLiveLease(t *testing.T, h *Harness) {
 	s := h.open(t, clock)
 	mustCreate(t, s, newJob("v1-l"))
 	a := fetchOne(t, s, "render-v1", "w")
-	if err := s.ExecForTest(ctx, `UPDATE queue_messages SET visible_at = 0`); err != nil {
-		t.Fatal(err)
-	}
-	cs, st, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w2", Max: 10, LeaseFor: time.Minute})
-	if err != nil || len(cs) != 0 || st.Deferred != 1 {
-		t.Fatalf("fetch during a live lease: %d claimed, %+v, %v", len(cs), st, err)
-	}
-	// The deferral moved the message itself (not only counted it): it is
-	// hidden until the lease runs out, not read again by every Fetch.
-	requireVisible(t, s, 0, "after the deferral of a live lease")
+	requireDeferral(t, s, "a live lease")
 	// and it reappears exactly when the lease runs out
 	clock.Set(a.Lease.ExpiresAt.Add(-time.Millisecond))
 	if cs, _, _ := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w2", Max: 10, LeaseFor: time.Minute}); len(cs) != 0 {
@@ -111,14 +102,7 @@ func testFetchDefersRetryWait(t *testing.T, h *Harness) {
 		ErrorClass: pipeline.ClassTransient, ErrorCode: "provider_timeout"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ExecForTest(ctx, `UPDATE queue_messages SET visible_at = 0`); err != nil {
-		t.Fatal(err)
-	}
-	cs, st, err := s.Fetch(ctx, &pipeline.FetchParams{Queue: "render-v1", Owner: "w2", Max: 10, LeaseFor: time.Minute})
-	if err != nil || len(cs) != 0 || st.Deferred != 1 {
-		t.Fatalf("fetch while backing off: %d claimed, %+v, %v", len(cs), st, err)
-	}
-	requireVisible(t, s, 0, "after the deferral of a backing-off job")
+	requireDeferral(t, s, "a backing-off job")
 	clock.Set(next.Add(-time.Millisecond))
 	requireVisible(t, s, 0, "just before the next run")
 	clock.Set(next)
@@ -126,6 +110,22 @@ func testFetchDefersRetryWait(t *testing.T, h *Harness) {
 	if c := fetchOne(t, s, "render-v1", "w2"); c.Lease.Attempt != 2 {
 		t.Fatalf("claimed at the next run as attempt %d, want 2", c.Lease.Attempt)
 	}
+}
+
+// requireDeferral makes render-v1's one message visible now and requires
+// the next Fetch to claim nothing and defer it (of is what it waits for):
+// the deferral moves the message itself (not only counts it), hidden
+// again, not read by every Fetch until the job is due.
+func requireDeferral(t *testing.T, s *env, of string) {
+	t.Helper()
+	if err := s.ExecForTest(context.Background(), `UPDATE queue_messages SET visible_at = 0`); err != nil {
+		t.Fatal(err)
+	}
+	cs, st, err := s.Fetch(context.Background(), &pipeline.FetchParams{Queue: "render-v1", Owner: "w2", Max: 10, LeaseFor: time.Minute})
+	if err != nil || len(cs) != 0 || st.Deferred != 1 {
+		t.Fatalf("fetch during %s: %d claimed, %+v, %v", of, len(cs), st, err)
+	}
+	requireVisible(t, s, 0, "after the deferral of "+of)
 }
 
 // requireVisible fails unless render-v1 holds exactly one message and want
