@@ -312,22 +312,32 @@ func TestCallerCancellationIsNotACallError(t *testing.T) {
 	errStop := errors.New("worker shutting down")
 	tests := []struct {
 		name      string
-		ctx       func() (context.Context, context.CancelFunc)
+		ctx       func(srv *fake.Server) (context.Context, context.CancelFunc)
 		want      []error
 		maybeSent bool
 	}{
-		{"canceled before the call", func() (context.Context, context.CancelFunc) {
+		{"canceled before the call", func(*fake.Server) (context.Context, context.CancelFunc) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
 			return ctx, cancel
 		}, []error{context.Canceled}, false},
-		{"canceled with a cause while the provider works", func() (context.Context, context.CancelFunc) {
+		// Canceled once the provider has the request (its ledger counts
+		// it before the 5 s latency): a timer from before the call could
+		// fire before a loaded machine sent it (seen in CI under -race).
+		{"canceled with a cause while the provider works", func(srv *fake.Server) (context.Context, context.CancelFunc) {
 			ctx, cancel := context.WithCancelCause(context.Background())
-			time.AfterFunc(200*time.Millisecond, func() { cancel(errStop) })
+			go func() {
+				for srv.Ledger().Calls == 0 && ctx.Err() == nil {
+					time.Sleep(5 * time.Millisecond)
+				}
+				cancel(errStop)
+			}()
 			return ctx, func() { cancel(nil) }
 		}, []error{context.Canceled, errStop}, true},
-		{"caller deadline while the provider works", func() (context.Context, context.CancelFunc) {
-			return context.WithTimeout(context.Background(), 200*time.Millisecond)
+		// A deadline cannot wait for the provider; 2 s of the 5 s latency
+		// leaves a loaded machine time to send the request.
+		{"caller deadline while the provider works", func(*fake.Server) (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 2*time.Second)
 		}, []error{context.DeadlineExceeded}, true},
 	}
 	for _, tt := range tests {
@@ -336,7 +346,7 @@ func TestCallerCancellationIsNotACallError(t *testing.T) {
 			srv, base := startFake(t, fake.Config{})
 			setFaults(t, srv, "speech:latency=5s")
 			p := newClient(t, base)
-			ctx, cancel := tt.ctx()
+			ctx, cancel := tt.ctx(srv)
 			defer cancel()
 			err := speechCall(ctx, p)
 			var ce *pipeline.CallError
