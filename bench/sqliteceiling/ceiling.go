@@ -60,6 +60,12 @@ func Open(ctx context.Context, path string) (*Queue, error) {
 	db.SetMaxOpenConns(1)
 	db.SetMaxIdleConns(1)
 	db.SetConnMaxLifetime(0)
+	// edgepipe's writer keeps statement journals in memory
+	// (storage/sqlite writerPragmas); the same here, on the one connection.
+	if _, err := db.ExecContext(ctx, "PRAGMA temp_store = MEMORY"); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("ceiling: pragma: %w", err)
+	}
 	if _, err := db.ExecContext(ctx, schema); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("ceiling: schema: %w", err)

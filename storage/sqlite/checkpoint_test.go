@@ -66,6 +66,33 @@ func TestCommitsDoNotCheckpoint(t *testing.T) {
 	}
 }
 
+// The writer connection keeps statement journals in memory (see
+// writerPragmas): its temp_store is MEMORY (2), also on a connection
+// database/sql opens after the first one is gone.
+func TestWriterKeepsStatementJournalsInMemory(t *testing.T) {
+	t.Parallel()
+	s, err := Open(context.Background(), Config{Path: filepath.Join(t.TempDir(), "t.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for round := range 2 {
+		var mode, autockpt int
+		if err := s.write.QueryRow("PRAGMA temp_store").Scan(&mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.write.QueryRow("PRAGMA wal_autocheckpoint").Scan(&autockpt); err != nil {
+			t.Fatal(err)
+		}
+		if mode != 2 || autockpt != 0 {
+			t.Errorf("round %d: writer connection has temp_store = %d, wal_autocheckpoint = %d; want 2 (MEMORY), 0", round, mode, autockpt)
+		}
+		// Drop the connection so that the next round's is a new one.
+		s.write.SetMaxIdleConns(0)
+		s.write.SetMaxIdleConns(1)
+	}
+}
+
 // The checkpointer copies what was committed into the database file, and
 // past CheckpointRestartPages it also lets the WAL start over.
 func TestCheckpointerCheckpoints(t *testing.T) {
