@@ -51,9 +51,9 @@ const writerDriver = "sqlite3_edgepipe_writer"
 //     never read back when the statement succeeds. A group commit spilled:
 //     bench api made 7.2 pwrite calls a submission, half of them to that
 //     file, 3.7 with this. The journal of one statement is at most the
-//     pages the statement changes; the reader connections keep SQLite's
-//     default (temp_store only matters to the statements that would use
-//     a temporary file).
+//     pages the statement changes; migrations, whose one statement may
+//     rewrite a table, run with FILE (migrate). The reader connections
+//     keep SQLite's default.
 var writerPragmas = []string{
 	"PRAGMA wal_autocheckpoint = 0",
 	"PRAGMA temp_store = MEMORY",

@@ -67,7 +67,8 @@ func TestCommitsDoNotCheckpoint(t *testing.T) {
 }
 
 // The writer connection keeps statement journals in memory (see
-// writerPragmas): its temp_store is MEMORY (2), also on a connection
+// writerPragmas): its temp_store is MEMORY (2) once Open has migrated on
+// that connection (migrations run with FILE), and also on a connection
 // database/sql opens after the first one is gone.
 func TestWriterKeepsStatementJournalsInMemory(t *testing.T) {
 	t.Parallel()

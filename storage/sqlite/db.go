@@ -242,11 +242,24 @@ func loadMigrations() ([]migration, error) {
 // migrate applies, each in its own transaction, every embedded migration not
 // yet recorded in schema_migrations. Two processes starting at once are
 // serialised by BEGIN IMMEDIATE; the loser sees the version recorded.
-func (s *Store) migrate(ctx context.Context) error {
+func (s *Store) migrate(ctx context.Context) (rerr error) {
 	ms, err := loadMigrations()
 	if err != nil {
 		return err
 	}
+	// A migration may rewrite a whole table in one statement (0005 did),
+	// whose statement journal would then hold every page of it: on disk,
+	// as SQLite does by default, rather than in memory as the writer's
+	// small statements do (writerPragmas). The writer pool is one
+	// connection, so the setting is that connection's until the end.
+	if _, err := s.write.ExecContext(ctx, "PRAGMA temp_store = FILE"); err != nil {
+		return fmt.Errorf("sqlite: %w", translate(err))
+	}
+	defer func() {
+		if _, err := s.write.ExecContext(context.WithoutCancel(ctx), "PRAGMA temp_store = MEMORY"); err != nil && rerr == nil {
+			rerr = fmt.Errorf("sqlite: %w", translate(err))
+		}
+	}()
 	if _, err := s.write.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
 		return fmt.Errorf("sqlite: create schema_migrations: %w", translate(err))
