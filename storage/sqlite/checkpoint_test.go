@@ -88,7 +88,11 @@ func TestWriterKeepsStatementJournalsInMemory(t *testing.T) {
 		if mode != 2 || autockpt != 0 {
 			t.Errorf("round %d: writer connection has temp_store = %d, wal_autocheckpoint = %d; want 2 (MEMORY), 0", round, mode, autockpt)
 		}
-		// Drop the connection so that the next round's is a new one.
+		// Mark this connection (only replacing it clears the mark), then
+		// drop it so that the next round's is a new one.
+		if _, err := s.write.Exec("PRAGMA temp_store = FILE"); err != nil {
+			t.Fatal(err)
+		}
 		s.write.SetMaxIdleConns(0)
 		s.write.SetMaxIdleConns(1)
 	}
