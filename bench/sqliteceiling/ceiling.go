@@ -53,6 +53,7 @@ func Open(ctx context.Context, path string) (*Queue, error) {
 	q.Set("_synchronous", "NORMAL")
 	q.Set("_foreign_keys", "1")
 	q.Set("_txlock", "immediate")
+	q.Set("_mutex", "no") // as edgepipe's connections (storage/sqlite Open)
 	db, err := sql.Open("sqlite3", "file:"+path+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("ceiling: open: %w", err)

@@ -138,12 +138,19 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	q.Set("_foreign_keys", "1")
 	q.Set("_txlock", "immediate")
 	// No per-connection mutex (SQLITE_OPEN_NOMUTEX, SQLite's multi-thread
-	// mode): database/sql hands a connection to one goroutine at a time,
-	// and the one call go-sqlite3 makes from another goroutine,
-	// sqlite3_interrupt on a canceled ctx, is safe without it. With the
-	// mutex every step, bind and column read locked and unlocked it: 6% of
-	// a burn-down's samples in pthread_mutex_lock/unlock, 3% without (the
-	// rest is SQLite's global allocator mutex).
+	// mode): a connection and its statements must then never be used by
+	// two goroutines at once. database/sql makes every driver call under
+	// the connection's lock; go-sqlite3's own goroutines either run a
+	// statement while its caller waits (a cancellable Exec) or call
+	// sqlite3_interrupt, which is safe from anywhere; its finalizers close
+	// statements and connections database/sql has already let go of. What
+	// would break it is code here holding a driver statement or rows past
+	// a sql.Conn.Raw callback, or sharing a sql.Conn between goroutines:
+	// this package does neither (the only Raw uses are tests that close
+	// what they open inside the callback). With the mutex every step, bind
+	// and column read locked and unlocked it: 6% of a burn-down's samples
+	// in pthread_mutex_lock/unlock, 3% without (the rest is SQLite's
+	// global allocator mutex).
 	q.Set("_mutex", "no")
 	write, err := sql.Open(writerDriver, "file:"+uriPath(abs)+"?"+q.Encode())
 	if err != nil {
