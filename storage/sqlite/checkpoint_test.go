@@ -98,6 +98,39 @@ func TestWriterKeepsStatementJournalsInMemory(t *testing.T) {
 	}
 }
 
+// Migrations run with temp_store = FILE (a migration's one statement may
+// rewrite a whole table; its statement journal belongs on disk), and the
+// writer is back to MEMORY after them: a migration after the embedded ones
+// records the setting it ran with.
+func TestMigrationsJournalOnDisk(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "m.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ms, err := loadMigrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := migration{Version: len(ms) + 1, Name: "probe",
+		SQL: `CREATE TABLE temp_store_probe AS SELECT temp_store AS mode FROM pragma_temp_store()`}
+	if err := s.applyMigrations(ctx, append(ms, probe)); err != nil {
+		t.Fatal(err)
+	}
+	var during, after int
+	if err := s.write.QueryRow("SELECT mode FROM temp_store_probe").Scan(&during); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.write.QueryRow("PRAGMA temp_store").Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if during != 1 || after != 2 {
+		t.Errorf("temp_store = %d during a migration and %d after; want 1 (FILE), 2 (MEMORY)", during, after)
+	}
+}
+
 // The checkpointer copies what was committed into the database file, and
 // past CheckpointRestartPages it also lets the WAL start over.
 func TestCheckpointerCheckpoints(t *testing.T) {

@@ -249,11 +249,16 @@ func loadMigrations() ([]migration, error) {
 // migrate applies, each in its own transaction, every embedded migration not
 // yet recorded in schema_migrations. Two processes starting at once are
 // serialised by BEGIN IMMEDIATE; the loser sees the version recorded.
-func (s *Store) migrate(ctx context.Context) (rerr error) {
+func (s *Store) migrate(ctx context.Context) error {
 	ms, err := loadMigrations()
 	if err != nil {
 		return err
 	}
+	return s.applyMigrations(ctx, ms)
+}
+
+// applyMigrations is migrate with the migrations given (tests add one).
+func (s *Store) applyMigrations(ctx context.Context, ms []migration) (rerr error) {
 	// A migration may rewrite a whole table in one statement (0005 did),
 	// whose statement journal would then hold every page of it: on disk,
 	// as SQLite does by default, rather than in memory as the writer's
