@@ -66,6 +66,16 @@ func TestCommitsDoNotCheckpoint(t *testing.T) {
 	}
 }
 
+// writerInt is the one integer q returns on the writer's connection.
+func writerInt(t *testing.T, s *Store, q string) int {
+	t.Helper()
+	var n int
+	if err := s.write.QueryRow(q).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // The writer connection keeps statement journals in memory (see
 // writerPragmas): its temp_store is MEMORY (2) once Open has migrated on
 // that connection (migrations run with FILE), and also on a connection
@@ -78,13 +88,7 @@ func TestWriterKeepsStatementJournalsInMemory(t *testing.T) {
 	}
 	defer s.Close()
 	for round := range 2 {
-		var mode, autockpt int
-		if err := s.write.QueryRow("PRAGMA temp_store").Scan(&mode); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.write.QueryRow("PRAGMA wal_autocheckpoint").Scan(&autockpt); err != nil {
-			t.Fatal(err)
-		}
+		mode, autockpt := writerInt(t, s, "PRAGMA temp_store"), writerInt(t, s, "PRAGMA wal_autocheckpoint")
 		if mode != 2 || autockpt != 0 {
 			t.Errorf("round %d: writer connection has temp_store = %d, wal_autocheckpoint = %d; want 2 (MEMORY), 0", round, mode, autockpt)
 		}
@@ -119,13 +123,7 @@ func TestMigrationsJournalOnDisk(t *testing.T) {
 	if err := s.applyMigrations(ctx, append(ms, probe)); err != nil {
 		t.Fatal(err)
 	}
-	var during, after int
-	if err := s.write.QueryRow("SELECT mode FROM temp_store_probe").Scan(&during); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.write.QueryRow("PRAGMA temp_store").Scan(&after); err != nil {
-		t.Fatal(err)
-	}
+	during, after := writerInt(t, s, "SELECT mode FROM temp_store_probe"), writerInt(t, s, "PRAGMA temp_store")
 	if during != 1 || after != 2 {
 		t.Errorf("temp_store = %d during a migration and %d after; want 1 (FILE), 2 (MEMORY)", during, after)
 	}
