@@ -56,8 +56,12 @@ const writerDriver = "sqlite3_edgepipe_writer"
 //     keep SQLite's default.
 var writerPragmas = []string{
 	"PRAGMA wal_autocheckpoint = 0",
-	"PRAGMA temp_store = MEMORY",
+	journalsInMemory,
 }
+
+// journalsInMemory is writerPragmas' temp_store setting; migrate sets FILE
+// for the migrations and this again after them.
+const journalsInMemory = "PRAGMA temp_store = MEMORY"
 
 func init() {
 	sql.Register(writerDriver, &sqlite3.SQLiteDriver{ConnectHook: func(c *sqlite3.SQLiteConn) error {

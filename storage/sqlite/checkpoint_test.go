@@ -66,6 +66,13 @@ func TestCommitsDoNotCheckpoint(t *testing.T) {
 	}
 }
 
+// renewWriterConn closes the writer pool's idle connection, so that the
+// next statement runs on a new one the driver opens (its ConnectHook).
+func renewWriterConn(s *Store) {
+	s.write.SetMaxIdleConns(0)
+	s.write.SetMaxIdleConns(1)
+}
+
 // writerInt is the one integer q returns on the writer's connection.
 func writerInt(t *testing.T, s *Store, q string) int {
 	t.Helper()
@@ -97,8 +104,7 @@ func TestWriterKeepsStatementJournalsInMemory(t *testing.T) {
 		if _, err := s.write.Exec("PRAGMA temp_store = FILE"); err != nil {
 			t.Fatal(err)
 		}
-		s.write.SetMaxIdleConns(0)
-		s.write.SetMaxIdleConns(1)
+		renewWriterConn(s)
 	}
 }
 

@@ -268,7 +268,7 @@ func (s *Store) applyMigrations(ctx context.Context, ms []migration) (rerr error
 		return fmt.Errorf("sqlite: %w", translate(err))
 	}
 	defer func() {
-		if _, err := s.write.ExecContext(context.WithoutCancel(ctx), "PRAGMA temp_store = MEMORY"); err != nil && rerr == nil {
+		if _, err := s.write.ExecContext(context.WithoutCancel(ctx), journalsInMemory); err != nil && rerr == nil {
 			rerr = fmt.Errorf("sqlite: %w", translate(err))
 		}
 	}()

@@ -104,9 +104,7 @@ func TestGroupCommitOpensNoTemporaryFile(t *testing.T) {
 	if n := group(); n == 0 {
 		t.Fatal("control: with temp_store = FILE the same group opened no temporary file, so this test cannot see a spill")
 	}
-	// Drop the connection; the next is the driver's (ConnectHook).
-	s.write.SetMaxIdleConns(0)
-	s.write.SetMaxIdleConns(1)
+	renewWriterConn(s)
 	if n := group(); n > 0 {
 		t.Errorf("new writer connection: a %d-job group opened %d temporary file(s) before its commit", groupcommit.MaxGroup, n)
 	}
