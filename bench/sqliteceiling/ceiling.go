@@ -2,7 +2,8 @@
 // measured against (issue 16): the smallest durable queue that keeps the
 // guarantees that matter for a burn-down, on edgepipe's settings — WAL,
 // synchronous=NORMAL, foreign keys on, BEGIN IMMEDIATE, one writer
-// connection, mattn/go-sqlite3 (storage/sqlite/db.go) — with the claim and
+// connection, mattn/go-sqlite3, the writer's VFS (storage/sqlite/db.go,
+// internal/sqlitewal) — with the claim and
 // the completion each one committed batch, the completion fenced by the
 // lease (owner and attempt). No events, no messages, no triggers: whatever
 // edgepipe does beyond this is its price for them.
@@ -20,6 +21,8 @@ import (
 	"net/url"
 
 	_ "github.com/mattn/go-sqlite3" // the driver storage/sqlite uses
+
+	"edgepipe/internal/sqlitewal"
 )
 
 const schema = `CREATE TABLE jobs (
@@ -54,6 +57,11 @@ func Open(ctx context.Context, path string) (*Queue, error) {
 	q.Set("_foreign_keys", "1")
 	q.Set("_txlock", "immediate")
 	q.Set("_mutex", "no") // as edgepipe's connections (storage/sqlite Open)
+	// and its writer's VFS: each WAL commit in one write (internal/sqlitewal)
+	if err := sqlitewal.Register(); err != nil {
+		return nil, fmt.Errorf("ceiling: %w", err)
+	}
+	q.Set("vfs", sqlitewal.Name)
 	db, err := sql.Open("sqlite3", "file:"+path+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("ceiling: open: %w", err)

@@ -24,7 +24,7 @@ func init() {
 func bench(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		fmt.Println(`Usage: edgepipe bench upload [--mib 1024] [--compare=true]
-       edgepipe bench api [--duration 10s] [--connections 64] [--threads 2] [--cpuprofile FILE]
+       edgepipe bench api [--duration 10s] [--connections 64] [--threads 2] [--cpuprofile FILE] [--memprofile FILE]
        edgepipe bench render [N] [--workers 2] [--scenes 4] [--stages] [--cpuprofile FILE]
 
 upload  streams --mib MiB of unknown length, generated on the fly, through
@@ -58,7 +58,8 @@ render  runs N (default 1) distinct storyboards end to end through a real
         (attempt, stages, units, provider calls, uploads, ffmpeg
         processes), recorded in memory. --cpuprofile writes a CPU profile
         of this process from the deployment's start-up to the last
-        success (api: of the durable run).
+        success (api: of the durable run). --memprofile (api) writes the
+        process's allocation profile after the durable run.
 
 The queue burn-down benchmark is a Go benchmark:
   go test ./storage/sqlite -run '^$' -bench BurnDown -benchtime 20000x`)
@@ -230,4 +231,21 @@ func startCPUProfile(path string) (stop func() error, err error) {
 		pprof.StopCPUProfile()
 		return f.Close()
 	}, nil
+}
+
+// writeAllocProfile writes the allocs profile (every sampled allocation
+// since the process started) to path; an empty path writes nothing.
+func writeAllocProfile(path string) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -45,6 +45,7 @@ func benchAPI(ctx context.Context, args []string) error {
 	threads := fs_.Int("threads", 2, "wrk threads")
 	script := fs_.String("script", "api/testdata/wrk-submit.lua", "wrk Lua script that posts unique Idempotency-Keys")
 	cpuprofile := fs_.String("cpuprofile", "", "write a CPU profile of the durable run to this file")
+	memprofile := fs_.String("memprofile", "", "write an allocation profile (pprof allocs: everything allocated since start-up, sampled) after the durable run to this file")
 	if err := fs_.Parse(args); err != nil {
 		return err
 	}
@@ -89,6 +90,9 @@ func benchAPI(ctx context.Context, args []string) error {
 		err = perr
 	}
 	if err != nil {
+		return err
+	}
+	if err := writeAllocProfile(*memprofile); err != nil {
 		return err
 	}
 	bare, err := w.run(ctx, bareURL)
