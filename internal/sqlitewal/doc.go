@@ -9,23 +9,28 @@
 // of what a commit costs: counted with perf in `edgepipe bench api`, 4.1
 // pwrite calls a submission, all to the WAL; through this VFS, 0.44.
 //
-// This VFS is the default one with a layer on WAL files: consecutive
-// writes are kept in a buffer and written together when the page of the
-// commit frame arrives (the frame whose header carries the database size,
-// wal.c walEncodeFrame), before any other call on the WAL file, when the
-// buffer would pass the most the default VFS writes at once, and — seen
-// through the connection's main database file, its only other wrapped
-// file — when the connection publishes a commit (xShmBarrier) or gives up
-// the WAL write lock. That last point is the invariant: nothing stays
-// buffered once the connection no longer holds the write lock, so no other
-// connection or process can write or truncate the WAL under bytes kept
-// here (TestRollbackLeavesNothingBehind shows the corruption without it).
-// SQLite returns from COMMIT only after the commit frame's write returned,
-// so a process killed right after a commit keeps it
-// (TestKilledRightAfterCommit), and readers see every frame a published
-// commit names (TestReadersDuringCommits). A write that fails fails the
-// SQLite call that wrote or flushed, as without the layer; a rewrite of a
-// frame header SQLite just read (walRewriteChecksums) is written at once.
+// This VFS is the default one with a layer on WAL files: appended frames
+// are kept in a buffer and written together when the page of the commit
+// frame arrives (the frame whose header carries the database size, wal.c
+// walEncodeFrame), before any other call on the WAL file, when a frame
+// would take the buffer past the most the default VFS writes at once, and
+// — seen through the connection's main database file, its only other
+// wrapped file — when the connection gives up the WAL write lock or, in
+// locking_mode=EXCLUSIVE, its file lock. That last point is the
+// invariant: nothing stays buffered once the connection no longer holds
+// the write lock, so no other connection or process can write or truncate
+// the WAL under bytes kept here (TestRollbackLeavesNothingBehind and
+// TestLeavingExclusiveModeLeavesNothingBehind show the corruption without
+// it). SQLite returns from COMMIT, and publishes the commit to readers,
+// only after the commit frame's write returned, so a process killed right
+// after a commit keeps it (TestKilledRightAfterCommit), readers see every
+// frame a published commit names (TestReadersDuringCommits), and a write
+// that fails fails the COMMIT (TestWriteErrorFailsCommit). Anything but an
+// appended frame — the WAL header, a page rewritten in place, a frame
+// header rewritten right after a read of its frame, the rest of a write
+// split around a sync — goes through at once, its error its caller's; what
+// the lock releases write are frames of a transaction that did not commit,
+// whose error SQLite would not act on.
 //
 // The C code (walvfs.c) uses the SQLite that github.com/mattn/go-sqlite3
 // links into the program; Register fails if it is not there.

@@ -8,11 +8,13 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
-	"time"
 )
 
 // open opens path with the settings storage/sqlite's writer uses, through
@@ -271,75 +273,372 @@ func TestSpillAndOverwrite(t *testing.T) {
 	}
 }
 
-// childEnv makes the test binary the child of TestKilledRightAfterCommit.
+// childEnv makes the test binary a child process (TestChild): mode:path.
 const childEnv = "EDGEPIPE_SQLITEWAL_TEST_CHILD"
+
+// runChild starts the test binary as TestChild in mode, reads the
+// commit numbers it prints, and kills it after stopAt (or lets it finish).
+func runChild(t *testing.T, mode, path string, stopAt int) (last int, sawErr bool) {
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestChild$")
+	cmd.Env = append(os.Environ(), childEnv+"="+mode+":"+path)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	last = -1
+	for sc.Scan() {
+		if sc.Text() == "ERR" {
+			sawErr = true
+			break
+		}
+		if i, err := strconv.Atoi(sc.Text()); err == nil {
+			last = i
+		}
+		if stopAt >= 0 && last >= stopAt {
+			break
+		}
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	return last, sawErr
+}
 
 // TestKilledRightAfterCommit kills (SIGKILL, the child's own pid) a
 // process that commits in a loop and prints each commit's number once
-// COMMIT returned: every printed commit must be in the database after.
+// COMMIT returned: every printed commit must be in the database after. In
+// locking_mode=EXCLUSIVE (a heap-memory wal-index: no xShmBarrier, no
+// xShmLock) only the commit-frame flush puts the commit in the file.
 func TestKilledRightAfterCommit(t *testing.T) {
 	t.Parallel()
-	for run := range 3 {
-		path := filepath.Join(t.TempDir(), "c.db")
-		cmd := exec.Command(os.Args[0], "-test.run", "^TestChild$")
-		cmd.Env = append(os.Environ(), childEnv+"="+path)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(out)
-		last := -1
-		stopAt := 50 + 70*run
-		for sc.Scan() {
-			if i, err := strconv.Atoi(sc.Text()); err == nil {
-				last = i
-			}
-			if last >= stopAt {
-				break
-			}
-		}
-		if err := cmd.Process.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		_ = cmd.Wait()
+	for run := range 6 {
+		mode := []string{"normal", "excl"}[run%2]
+		path := filepath.Join(t.TempDir(), "k.db")
+		stopAt := 20 + 30*run
+		last, _ := runChild(t, mode, path, stopAt)
 		if last < stopAt {
-			t.Fatalf("run %d: the child stopped at commit %d", run, last)
+			t.Fatalf("child stopped at %d", last)
 		}
-		n, _ := check(t, path)
-		if want := int64(6 * (last + 1)); n < want {
-			t.Fatalf("run %d: commit %d was reported done, the database has %d of its first %d rows", run, last, n, want)
+		if n, _ := check(t, path); n < int64(6*(last+1)) {
+			t.Fatalf("run %d (%s): commit %d reported, %d rows of %d", run, mode, last, n, 6*(last+1))
 		}
 	}
 }
 
-// TestChild is the child process of TestKilledRightAfterCommit.
-func TestChild(t *testing.T) {
-	path := os.Getenv(childEnv)
-	if path == "" {
-		t.Skip("the child of TestKilledRightAfterCommit")
+// TestWriteErrorFailsCommit: a write that fails (the child's RLIMIT_FSIZE)
+// fails the COMMIT; every COMMIT that returned nil is in the database.
+func TestWriteErrorFailsCommit(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "f.db")
+	last, sawErr := runChild(t, "fsize", path, -1)
+	if !sawErr {
+		t.Fatalf("the child saw no write error (last %d)", last)
 	}
+	if n, _ := check(t, path); n < int64(6*(last+1)) {
+		t.Fatalf("commit %d reported, %d rows of %d", last, n, 6*(last+1))
+	}
+}
+
+// TestWALHeaderAlone: the first transaction of a new WAL syncs its header
+// before any frame (wal.c, ticket ff5be73dee), so it reaches the file
+// alone, and the frames after it in one write. Not parallel: Counts are
+// the process's.
+func TestWALHeaderAlone(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "h.db")
 	db := open(t, path, Name)
+	exec1(t, db, `PRAGMA user_version = 1`)
+	exec1(t, db, `PRAGMA wal_checkpoint(TRUNCATE)`) // a fresh WAL
+	a0, w0 := Counts()
 	exec1(t, db, `CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER NOT NULL, pad TEXT NOT NULL)`)
+	a, w := Counts()
+	// header (32) alone + frames joined
+	if a-a0 < 3 || w-w0 != 2 {
+		t.Fatalf("asked %d, written %d; want the header alone then the frames", a-a0, w-w0)
+	}
+}
+
+// TestChild is the child process of TestKilledRightAfterCommit and
+// TestWriteErrorFailsCommit.
+func TestChild(t *testing.T) {
+	env := os.Getenv(childEnv)
+	if env == "" {
+		t.Skip("the child process of TestKilledRightAfterCommit and TestWriteErrorFailsCommit")
+	}
+	mode, path, _ := strings.Cut(env, ":")
+	var extra []string
+	if mode == "excl" {
+		extra = append(extra, `PRAGMA locking_mode = EXCLUSIVE`)
+	}
+	extra = append(extra, `PRAGMA wal_autocheckpoint = 0`)
+	db := open(t, path, Name, extra...)
+	exec1(t, db, `CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER NOT NULL, pad TEXT NOT NULL)`)
+	if mode == "fsize" {
+		signal.Ignore(syscall.SIGXFSZ)
+		lim := syscall.Rlimit{Cur: 300_000, Max: 300_000}
+		if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ctx := context.Background()
-	deadline := time.Now().Add(time.Minute)
-	for i := 0; time.Now().Before(deadline); i++ {
-		// Each commit writes a few frames (several rows of 1 KiB).
+	for i := 0; i < 100000; i++ {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
-			t.Fatal(err)
+			fmt.Println("ERR")
+			return
 		}
 		for k := range 6 {
 			if _, err := tx.Exec(`INSERT INTO t (id, v, pad) VALUES (?, ?, ?)`, i*6+k, i, strings.Repeat("z", 1000)); err != nil {
-				t.Fatal(err)
+				fmt.Println("ERR")
+				return
 			}
 		}
 		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
+			fmt.Fprintln(os.Stderr, "commit:", err)
+			fmt.Println("ERR")
+			return
 		}
 		fmt.Println(i)
+	}
+}
+
+func mustTx(t *testing.T, db *sql.DB, f func(tx *sql.Tx) error, commit bool) {
+	t.Helper()
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f(tx); err != nil {
+		tx.Rollback()
+		t.Fatal(err)
+	}
+	if commit {
+		err = tx.Commit()
+	} else {
+		err = tx.Rollback()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLeavingExclusiveModeLeavesNothingBehind: in locking_mode=EXCLUSIVE
+// the WAL locks are not taken through xShmLock, so leaving the mode (the
+// database file's xUnlock, at the end of a rolled-back transaction that
+// spilled frames) must empty the buffer as the write lock's release does.
+// Found by review: without the flush in dbUnlock, the stale frames were
+// written over another connection's commits.
+func TestLeavingExclusiveModeLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
+	for _, vfs := range []string{"", Name} {
+		t.Run("vfs="+vfs, func(t *testing.T) { exclusiveExit(t, vfs) })
+	}
+}
+
+func exclusiveExit(t *testing.T, vfs string) {
+	path := filepath.Join(t.TempDir(), "x.db")
+	a := open(t, path, vfs, `PRAGMA cache_size = 8`)
+	exec1(t, a, `CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER NOT NULL, pad TEXT NOT NULL)`)
+	exec1(t, a, `PRAGMA locking_mode = EXCLUSIVE`)
+	exec1(t, a, `INSERT INTO t (v, pad) VALUES (0, 'a')`) // enters exclusive mode
+	exec1(t, a, `PRAGMA wal_checkpoint(TRUNCATE)`)
+	exec1(t, a, `PRAGMA locking_mode = NORMAL`)
+	mustTx(t, a, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`INSERT INTO t (v, pad) VALUES (?, ?)`, -1, strings.Repeat("r", 90_000))
+		return err
+	}, false) // rollback: leaves exclusive mode, releases the db lock
+	b := open(t, path, "")
+	for i := range 40 {
+		exec1(t, b, `INSERT INTO t (v, pad) VALUES (?, ?)`, i+1, strings.Repeat("b", 1500))
+	}
+	var n int
+	if err := a.QueryRow(`SELECT count(*) FROM t`).Scan(&n); err != nil {
+		t.Logf("a's read: %v", err)
+	}
+	a.Close()
+	if n, sum := check(t, path); n != 41 || sum != 820 {
+		t.Fatalf("%d rows sum %d, want 41 / 820", n, sum)
+	}
+}
+
+// TestExclusiveMode: locking_mode=EXCLUSIVE from the start (a heap-memory
+// wal-index: no xShmBarrier, no xShmLock at all), with spills, rollbacks
+// and a reopen.
+func TestExclusiveMode(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "e.db")
+	a := open(t, path, Name, `PRAGMA locking_mode = EXCLUSIVE`, `PRAGMA cache_size = 8`)
+	exec1(t, a, `CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER NOT NULL, pad TEXT NOT NULL)`)
+	want := 0
+	for r := range 6 {
+		mustTx(t, a, func(tx *sql.Tx) error {
+			for i := range 200 {
+				if _, err := tx.Exec(`INSERT INTO t (v, pad) VALUES (1, ?)`, strings.Repeat("e", 500+i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, r%2 == 0)
+		if r%2 == 0 {
+			want += 200
+		}
+	}
+	a.Close()
+	if n, _ := check(t, path); n != int64(want) {
+		t.Fatalf("%d rows, want %d", n, want)
+	}
+}
+
+// TestSavepointRollbackAfterSpill: a savepoint rolled back after spills,
+// then more frames and the commit, read by another connection each round.
+func TestSavepointRollbackAfterSpill(t *testing.T) {
+	t.Parallel()
+	for _, vfs := range []string{"", Name} {
+		path := filepath.Join(t.TempDir(), "s.db")
+		a := open(t, path, vfs, `PRAGMA cache_size = 8`)
+		exec1(t, a, `CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER NOT NULL, pad TEXT NOT NULL)`)
+		r := open(t, path, "")
+		for round := range 4 {
+			mustTx(t, a, func(tx *sql.Tx) error {
+				for i := range 100 {
+					if _, err := tx.Exec(`INSERT INTO t (v, pad) VALUES (1, ?)`, strings.Repeat("s", 700+i)); err != nil {
+						return err
+					}
+				}
+				if _, err := tx.Exec(`SAVEPOINT sp`); err != nil {
+					return err
+				}
+				for i := range 150 {
+					if _, err := tx.Exec(`INSERT INTO t (v, pad) VALUES (1000, ?)`, strings.Repeat("u", 900+i)); err != nil {
+						return err
+					}
+				}
+				if _, err := tx.Exec(`UPDATE t SET pad = substr(pad,1,10) WHERE id % 5 = ?`, round); err != nil {
+					return err
+				}
+				if _, err := tx.Exec(`ROLLBACK TO sp`); err != nil {
+					return err
+				}
+				for i := range 30 {
+					if _, err := tx.Exec(`INSERT INTO t (v, pad) VALUES (1, ?)`, strings.Repeat("k", 300+i)); err != nil {
+						return err
+					}
+				}
+				return nil
+			}, true)
+			var n int
+			if err := r.QueryRow(`SELECT count(*) FROM t WHERE v = 1`).Scan(&n); err != nil || n != 130*(round+1) {
+				t.Fatalf("vfs %q round %d: reader %d (%v)", vfs, round, n, err)
+			}
+		}
+		if n, _ := check(t, path); n != 4*130 {
+			t.Fatalf("vfs %q: %d rows", vfs, n)
+		}
+	}
+}
+
+// TestCheckpointsAndReadersDuringWrites: a checkpointer connection runs
+// PASSIVE, RESTART and TRUNCATE checkpoints between (and, blocked on the
+// write lock, during) the writer's large transactions and rollbacks;
+// readers check every committed transaction is whole; journal_size_limit
+// is set and the writer's connection is reopened now and then.
+func TestCheckpointsAndReadersDuringWrites(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "c.db")
+	w := open(t, path, Name, `PRAGMA wal_autocheckpoint = 0`, `PRAGMA cache_size = 20`, `PRAGMA journal_size_limit = 65536`)
+	exec1(t, w, `CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER NOT NULL, pad TEXT NOT NULL)`)
+	ck := open(t, path, "")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for k := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var db *sql.DB
+			if k == 0 {
+				db = ck
+			} else {
+				db = open(t, path, "")
+			}
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if k == 0 {
+					mode := []string{"PASSIVE", "RESTART", "TRUNCATE"}[i%3]
+					if _, err := db.Exec(`PRAGMA wal_checkpoint(` + mode + `)`); err != nil {
+						errs <- fmt.Errorf("checkpoint: %v", err)
+						return
+					}
+					continue
+				}
+				var bad int
+				if err := db.QueryRow(`SELECT count(*) FROM (SELECT v, count(*) AS c FROM t GROUP BY v HAVING c <> v % 97 + 1)`).Scan(&bad); err != nil || bad != 0 {
+					errs <- fmt.Errorf("reader: %d partial, %v", bad, err)
+					return
+				}
+			}
+		}()
+	}
+	for i := 1; i <= 150; i++ {
+		mustTx(t, w, func(tx *sql.Tx) error {
+			for range i%97 + 1 {
+				if _, err := tx.Exec(`INSERT INTO t (v, pad) VALUES (?, ?)`, i, strings.Repeat("c", 1500)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, i%7 != 3)
+		if i%11 == 0 { // close and reopen the writer's pool connection
+			w.SetMaxIdleConns(0)
+			w.SetMaxIdleConns(1)
+			exec1(t, w, `PRAGMA wal_autocheckpoint = 0`)
+			exec1(t, w, `PRAGMA cache_size = 20`)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	want := 0
+	for i := 1; i <= 150; i++ {
+		if i%7 != 3 {
+			want += i%97 + 1
+		}
+	}
+	if n, _ := check(t, path); n != int64(want) {
+		t.Fatalf("%d rows, want %d", n, want)
+	}
+}
+
+// TestFullSyncPadding: synchronous=FULL with psow=0, where SQLite pads a
+// commit to a sector boundary and splits the padding frame's write around
+// a sync; the rest after the sync goes through at once.
+func TestFullSyncPadding(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "p.db")
+	if err := Register(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite3", "file:"+path+"?_journal_mode=WAL&_synchronous=FULL&_txlock=immediate&psow=0&vfs="+Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	defer db.Close()
+	exec1(t, db, `CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER NOT NULL, pad TEXT NOT NULL)`)
+	for i := range 30 {
+		exec1(t, db, `INSERT INTO t (v, pad) VALUES (?, ?)`, i, strings.Repeat("f", 100*i))
+	}
+	if n, _ := check(t, path); n != 30 {
+		t.Fatalf("%d rows", n)
 	}
 }

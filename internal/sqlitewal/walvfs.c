@@ -5,26 +5,31 @@
 **
 ** SQLite appends a frame as its 24-byte header and then its page, back to
 ** back at consecutive offsets (wal.c walWriteOneFrame). This layer keeps
-** such consecutive writes to a WAL file in a buffer and hands them to the
-** file underneath in one write when
+** appended frames — a header, and the page right after a kept header — in
+** a buffer and hands them to the file underneath in one write when
 **   - the page of a commit frame arrives (a frame header whose "database
 **     size" field is not 0, wal.c walEncodeFrame): the commit is whole;
 **   - any other call reaches the WAL file (read, sync, truncate, size,
-**     lock, file control, close), or a write that is not the next byte;
-**   - the buffer would pass 128 KiB - 1, the most the default VFS writes
-**     at once (os_unix.c seekAndWriteFd);
-**   - the connection, through its database file, publishes a commit
-**     (xShmBarrier) or gives up the WAL write lock (xShmLock unlock of
-**     lock 0, WAL_WRITE_LOCK).
+**     lock, file control, close), or any other write (not the next byte,
+**     or not a frame header or its page: those go through at once);
+**   - a frame would take the buffer past 128 KiB - 1, the most the default
+**     VFS writes at once (os_unix.c seekAndWriteFd);
+**   - the connection, through its main database file, gives up the WAL
+**     write lock (xShmLock unlock of lock 0, WAL_WRITE_LOCK) or its file
+**     lock (xUnlock: how locking_mode=EXCLUSIVE ends, where the WAL locks
+**     are not taken through xShmLock).
 ** The last point is the invariant: nothing stays buffered once the
 ** connection no longer holds the write lock, so no other connection or
-** process can write or truncate the WAL under bytes kept here. A write
-** right after a read of the WAL (walRewriteChecksums rewriting headers of
-** frames it just read) goes through at once, so its error is the caller's.
-** SQLite returns from COMMIT only after the commit frame's write returned,
-** so a process killed after a commit keeps it, as without this layer.
+** process can write or truncate the WAL under bytes kept here. What those
+** flushes write are frames of a transaction that did not commit (the
+** commit frame's page flushes at once), so the error they cannot report
+** loses nothing. A frame header rewritten right after a read of its frame
+** (walRewriteChecksums) goes through at once, so its error is the
+** caller's. SQLite returns from COMMIT only after the commit frame's write
+** returned, so a process killed after a commit keeps it, as without this
+** layer.
 **
-** Only WAL files (and, to see those two calls, main database files) are
+** Only WAL files (and, to see those calls, main database files) are
 ** wrapped; every other file is the default VFS's own, untouched.
 */
 #include <stdlib.h>
@@ -51,7 +56,9 @@ typedef struct WalFile {
   char *buf;            /* writes not yet handed down, contiguous (WRITE_MAX bytes) */
   int len;
   sqlite3_int64 off;    /* file offset of buf[0] */
-  int commitNext;       /* the last write was a commit frame's header */
+  int header;           /* the last write was a frame header, kept */
+  int commitNext;       /* ... and that of a commit frame */
+  int szPage;           /* the size of the last page kept (0: none yet) */
   int afterRead;        /* the last call was a read */
 } WalFile;
 
@@ -76,7 +83,7 @@ static int flush(WalFile *p) {
     rc = writeDown(p, p->buf, p->len, p->off);
     p->len = 0;
   }
-  p->commitNext = 0;
+  p->header = p->commitNext = 0;
   return rc;
 }
 
@@ -88,28 +95,44 @@ static unsigned int bigEndian32(const unsigned char *b) {
 static int walWrite(sqlite3_file *f, const void *z, int n, sqlite3_int64 off) {
   WalFile *p = (WalFile *)f;
   int rc;
-  int commit = p->commitNext;    /* this is the page of a commit frame */
   int afterRead = p->afterRead;
-  p->commitNext = 0;
-  p->afterRead = 0;
+  int header = p->header;        /* the last write was a frame header, kept */
+  int commit = p->commitNext;    /* ... that of a commit frame */
+  p->afterRead = p->header = p->commitNext = 0;
   __atomic_add_fetch(&nAsked, 1, __ATOMIC_RELAXED);
   if (p->len > 0 && (off != p->off + p->len || p->len + n > WRITE_MAX)) {
-    /* Not the next byte (an overwrite of an earlier frame), or more than
-    ** one write can carry: what is kept goes first. */
+    /* Not the next byte, or more than one write can carry: what is kept
+    ** goes first. */
     if ((rc = flush(p)) != SQLITE_OK) return rc;
   }
-  if (!p->db || afterRead || n > WRITE_MAX || (!p->buf && !(p->buf = malloc(WRITE_MAX)))) {
-    /* Not buffered: no database file to flush at unlock, a rewrite of a
-    ** frame just read, larger than any SQLite write, or no memory. */
-    if ((rc = flush(p)) != SQLITE_OK) return rc;
-    return writeDown(p, z, n, off);
+  /* Only frames are kept: a frame header, and the page right after a kept
+  ** header. Anything else — the WAL header, a page rewritten in place, a
+  ** header rewritten right after a read of its frame (walRewriteChecksums),
+  ** the rest of a write split around a sync point, any write while no
+  ** database file can flush at unlock — goes through at once, so that its
+  ** error is its caller's. */
+  if (p->db && !afterRead && n == WAL_FRAME_HDRSIZE) {
+    if (p->len > 0 && p->len + n + p->szPage > WRITE_MAX) {
+      /* Keep a header and its page in one write. */
+      if ((rc = flush(p)) != SQLITE_OK) return rc;
+    }
+    if (p->buf || (p->buf = malloc(WRITE_MAX))) {
+      if (p->len == 0) p->off = off;
+      memcpy(p->buf + p->len, z, n);
+      p->len += n;
+      p->header = 1;
+      p->commitNext = bigEndian32((const unsigned char *)z + 4) != 0;
+      return SQLITE_OK;
+    }
+  } else if (header && p->len > 0) {
+    memcpy(p->buf + p->len, z, n); /* contiguous and fits: checked above */
+    p->len += n;
+    p->szPage = n;
+    if (commit) return flush(p); /* the commit frame's page: the commit is whole */
+    return SQLITE_OK;
   }
-  if (p->len == 0) p->off = off;
-  memcpy(p->buf + p->len, z, n);
-  p->len += n;
-  if (commit) return flush(p);
-  p->commitNext = n == WAL_FRAME_HDRSIZE && bigEndian32((const unsigned char *)z + 4) != 0;
-  return SQLITE_OK;
+  if ((rc = flush(p)) != SQLITE_OK) return rc;
+  return writeDown(p, z, n, off);
 }
 
 /* Every other call on a WAL file hands the buffered writes down first. */
@@ -180,7 +203,8 @@ static const sqlite3_io_methods walMethods = {
 };
 
 /* The main database file: the default VFS's, plus the two points where
-** the connection's WAL buffer must be empty. */
+** the connection's WAL buffer must be empty. (Not xShmBarrier, where a
+** commit is published: the commit frame's page was written before.) */
 #define DB(f) DbFile *d = (DbFile *)(f)
 
 static int dbClose(sqlite3_file *f) {
@@ -194,7 +218,13 @@ static int dbTruncate(sqlite3_file *f, sqlite3_int64 size) { DB(f); return d->re
 static int dbSync(sqlite3_file *f, int flags) { DB(f); return d->real->pMethods->xSync(d->real, flags); }
 static int dbFileSize(sqlite3_file *f, sqlite3_int64 *size) { DB(f); return d->real->pMethods->xFileSize(d->real, size); }
 static int dbLock(sqlite3_file *f, int l) { DB(f); return d->real->pMethods->xLock(d->real, l); }
-static int dbUnlock(sqlite3_file *f, int l) { DB(f); return d->real->pMethods->xUnlock(d->real, l); }
+static int dbUnlock(sqlite3_file *f, int l) {
+  /* In locking_mode=EXCLUSIVE the WAL locks are never taken or given up
+  ** through xShmLock: leaving that mode ends with this call instead. */
+  DB(f);
+  int rc = d->wal ? flush(d->wal) : SQLITE_OK, rc2 = d->real->pMethods->xUnlock(d->real, l);
+  return rc != SQLITE_OK ? rc : rc2;
+}
 static int dbCheckReservedLock(sqlite3_file *f, int *out) { DB(f); return d->real->pMethods->xCheckReservedLock(d->real, out); }
 static int dbFileControl(sqlite3_file *f, int op, void *arg) { DB(f); return d->real->pMethods->xFileControl(d->real, op, arg); }
 static int dbSectorSize(sqlite3_file *f) { DB(f); return d->real->pMethods->xSectorSize(d->real); }
@@ -211,11 +241,7 @@ static int dbShmLock(sqlite3_file *f, int offset, int n, int flags) {
   rc2 = d->real->pMethods->xShmLock(d->real, offset, n, flags);
   return rc != SQLITE_OK ? rc : rc2;
 }
-static void dbShmBarrier(sqlite3_file *f) {
-  DB(f);
-  if (d->wal) (void)flush(d->wal); /* a commit is being published */
-  d->real->pMethods->xShmBarrier(d->real);
-}
+static void dbShmBarrier(sqlite3_file *f) { DB(f); d->real->pMethods->xShmBarrier(d->real); }
 static int dbShmUnmap(sqlite3_file *f, int del) { DB(f); return d->real->pMethods->xShmUnmap(d->real, del); }
 static int dbFetch(sqlite3_file *f, sqlite3_int64 off, int n, void **pp) { DB(f); return d->real->pMethods->xFetch(d->real, off, n, pp); }
 static int dbUnfetch(sqlite3_file *f, sqlite3_int64 off, void *pp) { DB(f); return d->real->pMethods->xUnfetch(d->real, off, pp); }
@@ -226,7 +252,8 @@ static const sqlite3_io_methods dbMethods = {
   dbShmMap, dbShmLock, dbShmBarrier, dbShmUnmap, dbFetch, dbUnfetch,
 };
 
-/* The real file sits after this layer's struct, aligned for any type. */
+/* The real file sits after this layer's struct, 16-byte aligned from the
+** start of the sqlite3_file SQLite allocated (which is 8-byte aligned). */
 #define ALIGNED(n) (((n) + 15) & ~(size_t)15)
 #define REAL_OFFSET ALIGNED(sizeof(WalFile) > sizeof(DbFile) ? sizeof(WalFile) : sizeof(DbFile))
 
