@@ -217,12 +217,12 @@ func (s *Server) newJob(c echo.Context, tenant, key string, req submitRequest, s
 		pinned = *req.InstanceID
 	}
 	nj := pipeline.NewJob{
-		Tenant:             tenant,
-		Operation:          req.Operation,
-		IdempotencyKey:     key,
-		RequestFingerprint: pipeline.Fingerprint(req.Operation, sb, pinned),
-		Input:              sb.Canonical(),
+		Tenant:         tenant,
+		Operation:      req.Operation,
+		IdempotencyKey: key,
 	}
+	canonical := sb.Canonical()
+	nj.RequestFingerprint, nj.Input = pipeline.FingerprintCanonical(req.Operation, canonical, pinned), canonical
 	if req.WebhookURL != nil {
 		// Resolved now as well as at every delivery: refusing early tells
 		// the caller, the dial guard stops a name re-pointed later.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -243,9 +244,17 @@ func (sb Storyboard) Canonical() []byte {
 // pinned one by choosing the instance id. A webhook URL changes nothing in
 // the result and is left out.
 func Fingerprint(operation string, sb Storyboard, pinnedVersion string) string {
+	return FingerprintCanonical(operation, sb.Canonical(), pinnedVersion)
+}
+
+// FingerprintCanonical is Fingerprint of a storyboard already in its
+// canonical form (Storyboard.Canonical), for a caller that keeps that form
+// as well (a submission stores it as the job's input).
+func FingerprintCanonical(operation string, canonical []byte, pinnedVersion string) string {
 	h := sha256.New()
-	for _, part := range [][]byte{[]byte(operation), sb.Canonical(), []byte(pinnedVersion)} {
-		fmt.Fprintf(h, "%d:", len(part))
+	var n [20]byte
+	for _, part := range [][]byte{[]byte(operation), canonical, []byte(pinnedVersion)} {
+		h.Write(append(strconv.AppendInt(n[:0], int64(len(part)), 10), ':'))
 		h.Write(part)
 	}
 	return hex.EncodeToString(h.Sum(nil))

@@ -100,6 +100,20 @@ func TestFingerprint(t *testing.T) {
 	if Fingerprint("render_video", a, "") == Fingerprint("render_video", a, "v2-x") {
 		t.Fatal("a pinned instance id keeps the fingerprint")
 	}
+	// Stored jobs keep the fingerprints they were given: the same request
+	// must get the same one from every version of this code, or a retried
+	// submission after an upgrade would be refused as a different request.
+	for _, c := range []struct{ pinned, want string }{
+		{"", "996205efad85f11fc43f19ed03cf459a7937fe646b20605f96dc2484cf7d1426"},
+		{"v2-x", "69f24c14113033dea5747385dae38efec78b6acfe5c7fef1c646e9b487551d5c"},
+	} {
+		if got := Fingerprint("render_video", a, c.pinned); got != c.want {
+			t.Errorf("fingerprint with pinned %q = %s, stored jobs have %s", c.pinned, got, c.want)
+		}
+		if got := FingerprintCanonical("render_video", a.Canonical(), c.pinned); got != c.want {
+			t.Errorf("FingerprintCanonical with pinned %q = %s, want %s", c.pinned, got, c.want)
+		}
+	}
 }
 
 func FuzzDecodeStoryboard(f *testing.F) {
