@@ -10,8 +10,9 @@
 // pwrite calls a submission, all to the WAL; through this VFS, 0.44.
 //
 // This VFS is the default one with a layer on WAL files: appended frames
-// are kept in a buffer and written together when the page of the commit
-// frame arrives (the frame whose header carries the database size, wal.c
+// (a frame header at a frame's offset, and the page right after it) are
+// kept in a buffer and written together when the commit frame's page
+// arrives (the frame whose header carries the database size, wal.c
 // walEncodeFrame), before any other call on the WAL file, when a frame
 // would take the buffer past the most the default VFS writes at once, and
 // — seen through the connection's main database file, its only other
@@ -19,18 +20,22 @@
 // locking_mode=EXCLUSIVE, its file lock. That last point is the
 // invariant: nothing stays buffered once the connection no longer holds
 // the write lock, so no other connection or process can write or truncate
-// the WAL under bytes kept here (TestRollbackLeavesNothingBehind and
+// the WAL under bytes kept here (TestRollbackWithOpenReadStatement and
 // TestLeavingExclusiveModeLeavesNothingBehind show the corruption without
-// it). SQLite returns from COMMIT, and publishes the commit to readers,
-// only after the commit frame's write returned, so a process killed right
-// after a commit keeps it (TestKilledRightAfterCommit), readers see every
-// frame a published commit names (TestReadersDuringCommits), and a write
-// that fails fails the COMMIT (TestWriteErrorFailsCommit). Anything but an
-// appended frame — the WAL header, a page rewritten in place, a frame
+// either flush). SQLite returns from COMMIT, and publishes the commit to
+// readers, only after the commit frame's write returned, so a process
+// killed right after a commit keeps it (TestKilledRightAfterCommit),
+// readers see every frame a published commit names
+// (TestReadersDuringCommits), and a write that fails fails the COMMIT
+// (TestWriteErrorFailsCommit, TestSyncSplitTailErrorFailsCommit).
+// Anything else — the WAL header, a page rewritten in place, a frame
 // header rewritten right after a read of its frame, the rest of a write
-// split around a sync — goes through at once, its error its caller's; what
-// the lock releases write are frames of a transaction that did not commit,
-// whose error SQLite would not act on.
+// split around a sync point — goes through at once, its error its
+// caller's; what the lock releases write are frames of a transaction that
+// did not commit, whose error SQLite would not act on. Two reviews by
+// helpers that did not write it found the exclusive-mode flush missing and
+// a 24-byte rest of a split write taken for a frame header; both are fixed
+// and have their tests.
 //
 // The C code (walvfs.c) uses the SQLite that github.com/mattn/go-sqlite3
 // links into the program; Register fails if it is not there.

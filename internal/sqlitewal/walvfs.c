@@ -5,13 +5,17 @@
 **
 ** SQLite appends a frame as its 24-byte header and then its page, back to
 ** back at consecutive offsets (wal.c walWriteOneFrame). This layer keeps
-** appended frames — a header, and the page right after a kept header — in
-** a buffer and hands them to the file underneath in one write when
+** appended frames — a header at a frame's offset, and the page right after
+** a kept header — in a buffer and hands them to the file underneath in one
+** write when
 **   - the page of a commit frame arrives (a frame header whose "database
 **     size" field is not 0, wal.c walEncodeFrame): the commit is whole;
 **   - any other call reaches the WAL file (read, sync, truncate, size,
 **     lock, file control, close), or any other write (not the next byte,
-**     or not a frame header or its page: those go through at once);
+**     or not a frame header or its page: those go through at once; a
+**     24-byte write is taken for a frame header only at a frame's offset
+**     once the page size is known, from the WAL header or the first page,
+**     and never right after a read);
 **   - a frame would take the buffer past 128 KiB - 1, the most the default
 **     VFS writes at once (os_unix.c seekAndWriteFd);
 **   - the connection, through its main database file, gives up the WAL
@@ -59,7 +63,8 @@ typedef struct WalFile {
   int header;           /* the last write was a frame header, kept */
   int commitNext;       /* ... and that of a commit frame */
   int szPage;           /* the size of the last page kept (0: none yet) */
-  int afterRead;        /* the last call was a read */
+  int afterOther;       /* the last call on the file was not a write */
+  int afterRead;        /* ... and was a read */
 } WalFile;
 
 struct DbFile {
@@ -95,23 +100,32 @@ static unsigned int bigEndian32(const unsigned char *b) {
 static int walWrite(sqlite3_file *f, const void *z, int n, sqlite3_int64 off) {
   WalFile *p = (WalFile *)f;
   int rc;
-  int afterRead = p->afterRead;
+  int afterOther = p->afterOther, afterRead = p->afterRead;
   int header = p->header;        /* the last write was a frame header, kept */
   int commit = p->commitNext;    /* ... that of a commit frame */
-  p->afterRead = p->header = p->commitNext = 0;
+  p->afterOther = p->afterRead = p->header = p->commitNext = 0;
   __atomic_add_fetch(&nAsked, 1, __ATOMIC_RELAXED);
   if (p->len > 0 && (off != p->off + p->len || p->len + n > WRITE_MAX)) {
     /* Not the next byte, or more than one write can carry: what is kept
     ** goes first. */
     if ((rc = flush(p)) != SQLITE_OK) return rc;
   }
-  /* Only frames are kept: a frame header, and the page right after a kept
-  ** header. Anything else — the WAL header, a page rewritten in place, a
-  ** header rewritten right after a read of its frame (walRewriteChecksums),
-  ** the rest of a write split around a sync point, any write while no
-  ** database file can flush at unlock — goes through at once, so that its
-  ** error is its caller's. */
-  if (p->db && !afterRead && n == WAL_FRAME_HDRSIZE) {
+  if (off == 0 && n >= 12) {
+    /* The WAL header names the page size (wal.c: 1 for 65536). */
+    unsigned int sz = bigEndian32((const unsigned char *)z + 8);
+    if (sz == 1) sz = 65536;
+    if (sz >= 512 && sz <= 65536 && (sz & (sz - 1)) == 0) p->szPage = (int)sz;
+  }
+  /* Only frames are kept: a frame header (at a frame's offset once the
+  ** page size is known; before that, only right after another write), and
+  ** the page right after a kept header. Anything else goes through at
+  ** once, so that its error is its caller's: the WAL header, a page
+  ** rewritten in place, a frame header rewritten right after a read of
+  ** its frame (walRewriteChecksums), the rest of a write split around a
+  ** sync point (24 bytes of it are not at a frame's offset), any write
+  ** while no database file can flush at unlock. */
+  if (p->db && !afterRead && n == WAL_FRAME_HDRSIZE
+      && (p->szPage ? off >= 32 && (off - 32) % (WAL_FRAME_HDRSIZE + p->szPage) == 0 : !afterOther)) {
     if (p->len > 0 && p->len + n + p->szPage > WRITE_MAX) {
       /* Keep a header and its page in one write. */
       if ((rc = flush(p)) != SQLITE_OK) return rc;
@@ -127,7 +141,7 @@ static int walWrite(sqlite3_file *f, const void *z, int n, sqlite3_int64 off) {
   } else if (header && p->len > 0) {
     memcpy(p->buf + p->len, z, n); /* contiguous and fits: checked above */
     p->len += n;
-    p->szPage = n;
+    if (!p->szPage && n >= 512 && n <= 65536 && (n & (n - 1)) == 0) p->szPage = n;
     if (commit) return flush(p); /* the commit frame's page: the commit is whole */
     return SQLITE_OK;
   }
@@ -137,7 +151,7 @@ static int walWrite(sqlite3_file *f, const void *z, int n, sqlite3_int64 off) {
 
 /* Every other call on a WAL file hands the buffered writes down first. */
 #define FLUSHED(p) do { int rc_ = flush(p); if (rc_ != SQLITE_OK) return rc_; } while (0)
-#define WAL(f) WalFile *p = (WalFile *)(f); p->afterRead = 0
+#define WAL(f) WalFile *p = (WalFile *)(f); p->afterOther = 1
 
 static int walClose(sqlite3_file *f) {
   WalFile *p = (WalFile *)f;
