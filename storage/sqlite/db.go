@@ -12,7 +12,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"edgepipe/internal/sqlitewal"
 	"embed"
 	"errors"
 	"fmt"
@@ -26,6 +25,7 @@ import (
 	sqlite3 "github.com/mattn/go-sqlite3"
 
 	"edgepipe/internal/groupcommit"
+	"edgepipe/internal/sqlitewal"
 	"edgepipe/internal/sqlmigrate"
 	"edgepipe/pipeline"
 )
