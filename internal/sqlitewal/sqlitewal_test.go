@@ -95,18 +95,14 @@ func TestCommitIsOneWrite(t *testing.T) {
 	total := 0
 	for rows := 1; rows <= 150; rows++ {
 		asked0, written0 := Counts()
-		tx, err := db.Begin()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range rows {
-			if _, err := tx.Exec(`INSERT INTO t (v, pad) VALUES (?, ?)`, i, strings.Repeat("x", 900)); err != nil {
-				t.Fatal(err)
+		mustTx(t, db, func(tx *sql.Tx) error {
+			for i := range rows {
+				if _, err := tx.Exec(`INSERT INTO t (v, pad) VALUES (?, ?)`, i, strings.Repeat("x", 900)); err != nil {
+					return err
+				}
 			}
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
+			return nil
+		}, true)
 		total += rows
 		asked, written := Counts()
 		asked, written = asked-asked0, written-written0
@@ -164,18 +160,14 @@ func TestReadersDuringCommits(t *testing.T) {
 		}()
 	}
 	for i := 1; i <= 200; i++ {
-		tx, err := w.Begin()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for range i % 60 {
-			if _, err := tx.Exec(`INSERT INTO t (v, pad) VALUES (?, ?)`, i%60, strings.Repeat("w", 1200)); err != nil {
-				t.Fatal(err)
+		mustTx(t, w, func(tx *sql.Tx) error {
+			for range i % 60 {
+				if _, err := tx.Exec(`INSERT INTO t (v, pad) VALUES (?, ?)`, i%60, strings.Repeat("w", 1200)); err != nil {
+					return err
+				}
 			}
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
+			return nil
+		}, true)
 		exec1(t, w, `DELETE FROM t WHERE v = ?`, i%60) // the next round of i%60 starts again
 	}
 	close(stop)
@@ -201,16 +193,10 @@ func TestRollbackLeavesNothingBehind(t *testing.T) {
 		// An empty WAL, so that the rollback reads nothing back from it,
 		// and one statement whose overflow pages spill past the cache.
 		exec1(t, a, `PRAGMA wal_checkpoint(TRUNCATE)`)
-		tx, err := a.Begin()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.Exec(`INSERT INTO t (v, pad) VALUES (?, ?)`, -1, strings.Repeat("r", 90_000+round*7_000)); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Rollback(); err != nil {
-			t.Fatal(err)
-		}
+		mustTx(t, a, func(tx *sql.Tx) error {
+			_, err := tx.Exec(`INSERT INTO t (v, pad) VALUES (?, ?)`, -1, strings.Repeat("r", 90_000+round*7_000))
+			return err
+		}, false)
 		for i := range 40 {
 			exec1(t, b, `INSERT INTO t (v, pad) VALUES (?, ?)`, round*100+i, strings.Repeat("b", 1500))
 		}
@@ -242,22 +228,16 @@ func TestSpillAndOverwrite(t *testing.T) {
 			db := open(t, path, vfs, `PRAGMA cache_size = 8`)
 			exec1(t, db, `CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER NOT NULL, pad TEXT NOT NULL)`)
 			for round := range 3 {
-				tx, err := db.Begin()
-				if err != nil {
-					t.Fatal(err)
-				}
-				for i := range 2000 {
-					if _, err := tx.Exec(`INSERT INTO t (v, pad) VALUES (?, ?)`, i, strings.Repeat("y", 300+i%500)); err != nil {
-						t.Fatal(err)
+				mustTx(t, db, func(tx *sql.Tx) error {
+					for i := range 2000 {
+						if _, err := tx.Exec(`INSERT INTO t (v, pad) VALUES (?, ?)`, i, strings.Repeat("y", 300+i%500)); err != nil {
+							return err
+						}
 					}
-				}
-				// Rewrite pages already spilled to the WAL in this transaction.
-				if _, err := tx.Exec(`UPDATE t SET v = v + 1, pad = substr(pad, 1, 200) WHERE id % 3 = ?`, round); err != nil {
-					t.Fatal(err)
-				}
-				if err := tx.Commit(); err != nil {
-					t.Fatal(err)
-				}
+					// Rewrite pages already spilled to the WAL in this transaction.
+					_, err := tx.Exec(`UPDATE t SET v = v + 1, pad = substr(pad, 1, 200) WHERE id % 3 = ?`, round)
+					return err
+				}, true)
 				exec1(t, db, `PRAGMA wal_checkpoint(TRUNCATE)`)
 			}
 			exec1(t, db, `DELETE FROM t WHERE id % 7 = 0`)
@@ -405,6 +385,7 @@ func TestChild(t *testing.T) {
 	}
 }
 
+// mustTx runs f in a transaction of db, then commits it or rolls it back.
 func mustTx(t *testing.T, db *sql.DB, f func(tx *sql.Tx) error, commit bool) {
 	t.Helper()
 	tx, err := db.Begin()

@@ -47,6 +47,7 @@ extern sqlite3_vfs *sqlite3_vfs_find(const char *) __attribute__((weak));
 extern int sqlite3_vfs_register(sqlite3_vfs *, int) __attribute__((weak));
 extern sqlite3_file *sqlite3_database_file_object(const char *) __attribute__((weak));
 
+#define WAL_HDRSIZE 32
 #define WAL_FRAME_HDRSIZE 24
 #define WAL_WRITE_LOCK 0
 #define WRITE_MAX 0x1ffff
@@ -62,7 +63,7 @@ typedef struct WalFile {
   sqlite3_int64 off;    /* file offset of buf[0] */
   int header;           /* the last write was a frame header, kept */
   int commitNext;       /* ... and that of a commit frame */
-  int szPage;           /* the size of the last page kept (0: none yet) */
+  int szPage;           /* the page size, from the WAL header or the first page kept (0: not yet known) */
   int afterOther;       /* the last call on the file was not a write */
   int afterRead;        /* ... and was a read */
 } WalFile;
@@ -92,9 +93,14 @@ static int flush(WalFile *p) {
   return rc;
 }
 
-/* bigEndian32 reads the frame header's "database size after commit". */
+/* bigEndian32 reads a big-endian field of a WAL or frame header. */
 static unsigned int bigEndian32(const unsigned char *b) {
   return ((unsigned int)b[0] << 24) | ((unsigned int)b[1] << 16) | ((unsigned int)b[2] << 8) | b[3];
+}
+
+/* pageSize is n if it can be a SQLite page size, else 0. */
+static int pageSize(unsigned int n) {
+  return n >= 512 && n <= 65536 && (n & (n - 1)) == 0 ? (int)n : 0;
 }
 
 static int walWrite(sqlite3_file *f, const void *z, int n, sqlite3_int64 off) {
@@ -113,8 +119,8 @@ static int walWrite(sqlite3_file *f, const void *z, int n, sqlite3_int64 off) {
   if (off == 0 && n >= 12) {
     /* The WAL header names the page size (wal.c: 1 for 65536). */
     unsigned int sz = bigEndian32((const unsigned char *)z + 8);
-    if (sz == 1) sz = 65536;
-    if (sz >= 512 && sz <= 65536 && (sz & (sz - 1)) == 0) p->szPage = (int)sz;
+    int ps = pageSize(sz == 1 ? 65536 : sz);
+    if (ps) p->szPage = ps;
   }
   /* Only frames are kept: a frame header (at a frame's offset once the
   ** page size is known; before that, only right after another write), and
@@ -125,7 +131,7 @@ static int walWrite(sqlite3_file *f, const void *z, int n, sqlite3_int64 off) {
   ** sync point (24 bytes of it are not at a frame's offset), any write
   ** while no database file can flush at unlock. */
   if (p->db && !afterRead && n == WAL_FRAME_HDRSIZE
-      && (p->szPage ? off >= 32 && (off - 32) % (WAL_FRAME_HDRSIZE + p->szPage) == 0 : !afterOther)) {
+      && (p->szPage ? off >= WAL_HDRSIZE && (off - WAL_HDRSIZE) % (WAL_FRAME_HDRSIZE + p->szPage) == 0 : !afterOther)) {
     if (p->len > 0 && p->len + n + p->szPage > WRITE_MAX) {
       /* Keep a header and its page in one write. */
       if ((rc = flush(p)) != SQLITE_OK) return rc;
@@ -141,7 +147,7 @@ static int walWrite(sqlite3_file *f, const void *z, int n, sqlite3_int64 off) {
   } else if (header && p->len > 0) {
     memcpy(p->buf + p->len, z, n); /* contiguous and fits: checked above */
     p->len += n;
-    if (!p->szPage && n >= 512 && n <= 65536 && (n & (n - 1)) == 0) p->szPage = n;
+    if (!p->szPage) p->szPage = pageSize((unsigned int)n);
     if (commit) return flush(p); /* the commit frame's page: the commit is whole */
     return SQLITE_OK;
   }
