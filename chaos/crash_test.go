@@ -353,3 +353,22 @@ func submitPause(i int) time.Duration {
 	}
 	return 100 * time.Millisecond
 }
+
+// TestStopRightAfterStart stops workers the moment the harness has started
+// them, as TestRandomKills' last restart followed by the cluster's shutdown
+// can: stop must find a program that handles SIGTERM (and exits 0 after
+// its grace), not one killed by the signal's default action before its
+// handler was in place. Every stop is timed from the start's return.
+func TestStopRightAfterStart(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, clusterConfig{})
+	for i := range 5 {
+		w := c.worker("EDGEPIPE_WORKERS=1")
+		if err := w.stop(30 * time.Second); err != nil {
+			t.Fatalf("stop %d: %v\n%s", i, err, tail(w.log(), 20))
+		}
+		if w.signaled(syscall.SIGTERM) {
+			t.Fatalf("stop %d: %s died of the SIGTERM itself", i, w.name)
+		}
+	}
+}

@@ -444,7 +444,35 @@ func (c *cluster) worker(extra ...string) *proc {
 	c.mu.Lock()
 	c.servers = append(c.servers, p)
 	c.mu.Unlock()
+	// Started means running, as serve's health check means for the API: a
+	// SIGTERM sent in the few milliseconds between exec and the program's
+	// signal handler kills the process by the default action, which stop
+	// would report as a bad exit of the worker rather than of the harness.
+	if err := waitLog(p, workerRunning, 30*time.Second); err != nil {
+		if !p.exited() || !p.signaled(syscall.SIGKILL) {
+			c.t.Fatalf("%s: %v\n%s", name, err, tail(p.log(), 40))
+		}
+	}
 	return p
+}
+
+// workerRunning is what `edgepipe worker` logs once it is running (after
+// its signal handler is in place).
+const workerRunning = "edgepipe worker running"
+
+// waitLog waits until p's log holds line.
+func waitLog(p *proc, line string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for !strings.Contains(p.log(), line) {
+		if p.exited() {
+			return fmt.Errorf("%s exited before it logged %q: %v", p.name, line, p.cmd.ProcessState)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not log %q within %s", p.name, line, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
 }
 
 // run runs a one-shot edgepipe command (sweep, check) and returns its

@@ -93,11 +93,11 @@ if [ "$mode" = ci ]; then
     echo "== chaos: storage outage (${CHAOS_OUTAGE:-60s}) and wiped spool after kills, on $store"
     CHAOS_STORE=$store CHAOS_OUTAGE="${CHAOS_OUTAGE:-60s}" chaos_test -run '^(TestStorageOutage|TestWipedSpoolAfterKill)$' -parallel 2 -timeout 30m || rc=1
   done
-  echo "== chaos: real-provider adapters end to end (Workers AI and Replicate emulators) and an unproven image key (SQLite)"
-  CHAOS_STORE=sqlite chaos_test -run '^(TestProvider|TestUnprovenImageKey)' -parallel 2 -timeout 10m || rc=1
+  echo "== chaos: real-provider adapters end to end (Workers AI and Replicate emulators), an unproven image key, and workers stopped right after they start (SQLite)"
+  CHAOS_STORE=sqlite chaos_test -run '^(TestProvider|TestUnprovenImageKey|TestStopRightAfterStart)' -parallel 2 -timeout 10m || rc=1
 else
   echo "== chaos: crash matrix, random kills, storage faults and outage, wiped spool, real-provider adapters (SQLite)"
-  CHAOS_STORE=sqlite chaos_test -run '^(TestCrashMatrix|TestRandomKills|TestStorageFaults|TestStorageOutage|TestWipedSpoolAfterKill|TestSQLiteBusy|TestStoreBusyBeforePrepare|TestDiskFull|TestProvider.*|TestUnprovenImageKey)$' \
+  CHAOS_STORE=sqlite chaos_test -run '^(TestCrashMatrix|TestRandomKills|TestStorageFaults|TestStorageOutage|TestWipedSpoolAfterKill|TestSQLiteBusy|TestStoreBusyBeforePrepare|TestDiskFull|TestProvider.*|TestUnprovenImageKey|TestStopRightAfterStart)$' \
     -parallel "$parallel" -timeout 60m || rc=1
   echo "== chaos: crash matrix, random kills, storage outage and wiped spool on Postgres, then the multi-node test"
   CHAOS_STORE=postgres chaos_test -run '^(TestCrashMatrix|TestRandomKills|TestStorageOutage|TestWipedSpoolAfterKill)$' -parallel "$parallel" -timeout 60m || rc=1
