@@ -364,11 +364,10 @@ func TestStopRightAfterStart(t *testing.T) {
 	c := newCluster(t, clusterConfig{})
 	for i := range 5 {
 		w := c.worker("EDGEPIPE_WORKERS=1")
+		// stop's nil means the worker exited 0 after the SIGTERM: it
+		// handled the signal.
 		if err := w.stop(30 * time.Second); err != nil {
 			t.Fatalf("stop %d: %v\n%s", i, err, tail(w.log(), 20))
-		}
-		if w.signaled(syscall.SIGTERM) {
-			t.Fatalf("stop %d: %s died of the SIGTERM itself", i, w.name)
 		}
 	}
 }

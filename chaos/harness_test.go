@@ -132,8 +132,12 @@ type proc struct {
 	name    string
 	cmd     *exec.Cmd
 	logPath string
-	done    chan struct{}
-	waitErr error
+	// logStart is where this process's output begins in logPath: a log
+	// directory kept across runs (CHAOS_LOG_DIR) appends every run of a
+	// test to the same files.
+	logStart int64
+	done     chan struct{}
+	waitErr  error
 }
 
 // startProc starts bin with args and env, its output going to a log file in
@@ -147,6 +151,11 @@ func startProc(t testing.TB, logDir, name string, env []string, bin string, args
 		t.Fatal(err)
 	}
 	fmt.Fprintf(f, "==== %s start %s %s\n", time.Now().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
+	logStart, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = f, f
@@ -155,7 +164,7 @@ func startProc(t testing.TB, logDir, name string, env []string, bin string, args
 		f.Close()
 		t.Fatalf("start %s: %v", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	p := &proc{name: name, cmd: cmd, logPath: logPath, logStart: logStart, done: make(chan struct{})}
 	go func() {
 		p.waitErr = cmd.Wait()
 		fmt.Fprintf(f, "==== %s exit %v (cpu user %s sys %s, children included)\n", time.Now().Format(time.RFC3339Nano),
@@ -223,6 +232,15 @@ func (p *proc) signaled(sig syscall.Signal) bool {
 func (p *proc) log() string {
 	b, _ := os.ReadFile(p.logPath)
 	return string(b)
+}
+
+// ownLog is this process's part of its log file.
+func (p *proc) ownLog() string {
+	l := p.log()
+	if int64(len(l)) < p.logStart {
+		return ""
+	}
+	return l[p.logStart:]
 }
 
 func tail(s string, n int) string {
@@ -457,14 +475,24 @@ func (c *cluster) worker(extra ...string) *proc {
 }
 
 // workerRunning is what `edgepipe worker` logs once it is running (after
-// its signal handler is in place).
+// its signal handler is in place), at level info: edgepipeEnv sets
+// EDGEPIPE_LOG_LEVEL=info, and a worker started at a higher level would
+// never log it.
 const workerRunning = "edgepipe worker running"
 
-// waitLog waits until p's log holds line.
+// waitLog waits until p's own output (not an earlier run's in the same
+// file) holds line.
 func waitLog(p *proc, line string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	for !strings.Contains(p.log(), line) {
+	for {
+		if strings.Contains(p.ownLog(), line) {
+			return nil
+		}
 		if p.exited() {
+			// It may have logged the line and exited since the read.
+			if strings.Contains(p.ownLog(), line) {
+				return nil
+			}
 			return fmt.Errorf("%s exited before it logged %q: %v", p.name, line, p.cmd.ProcessState)
 		}
 		if time.Now().After(deadline) {
@@ -472,7 +500,6 @@ func waitLog(p *proc, line string, timeout time.Duration) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return nil
 }
 
 // run runs a one-shot edgepipe command (sweep, check) and returns its
