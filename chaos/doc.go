@@ -38,6 +38,10 @@
 //	                           needs_review; a worker SIGKILLed after a
 //	                           Replicate create recovers the prediction id
 //	                           from the database and never creates again
+//	TestStopRightAfterStart    workers stopped (SIGTERM) the moment the
+//	                           harness started them exit cleanly: the harness
+//	                           waits for a worker's "running" line, as it
+//	                           waits for serve's health check
 //
 // Run them with scripts/chaos.sh (make chaos), or directly:
 //
@@ -46,7 +50,8 @@
 //
 // CI (scripts/chaos.sh --ci) runs the shortened crash matrix, the storage
 // outage and the wiped spool once with CHAOS_STORE=sqlite and once with
-// CHAOS_STORE=postgres, and TestMultiNode.
+// CHAOS_STORE=postgres, TestMultiNode, and on SQLite TestProvider*,
+// TestUnprovenImageKey and TestStopRightAfterStart.
 //
 // Settings are CHAOS_* variables, never EDGEPIPE_* ones, because edgepipe
 // refuses unknown EDGEPIPE_* names (and the harness strips every EDGEPIPE_*
