@@ -49,9 +49,10 @@
 //	go test -tags chaos -run '^TestCrashMatrix$' -parallel 3 ./chaos/   # part of what CI runs
 //
 // CI (scripts/chaos.sh --ci) runs the shortened crash matrix, the storage
-// outage and the wiped spool once with CHAOS_STORE=sqlite and once with
-// CHAOS_STORE=postgres, TestMultiNode, and on SQLite TestProvider*,
-// TestUnprovenImageKey and TestStopRightAfterStart.
+// outage, the wiped spool and TestRandomKills (-short: 60 jobs) once with
+// CHAOS_STORE=sqlite and once with CHAOS_STORE=postgres, TestMultiNode,
+// and on SQLite TestProvider*, TestUnprovenImageKey and
+// TestStopRightAfterStart.
 //
 // Settings are CHAOS_* variables, never EDGEPIPE_* ones, because edgepipe
 // refuses unknown EDGEPIPE_* names (and the harness strips every EDGEPIPE_*

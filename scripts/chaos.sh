@@ -16,7 +16,9 @@
 #                             60 s, the wiped-spool kills, and the real-provider
 #                             adapters end to end (TestProvider*: Workers AI and
 #                             Replicate emulators, a dropped narration, a worker
-#                             SIGKILLed after a Replicate create)
+#                             SIGKILLed after a Replicate create), and random
+#                             SIGKILLs (60 jobs, -short) on SQLite and on
+#                             Postgres
 #
 #   Both modes need PostgreSQL: EDGEPIPE_TEST_DATABASE_URL names the server
 #   (.ci/run starts one); when it is unset this script starts a throwaway
@@ -92,6 +94,10 @@ if [ "$mode" = ci ]; then
   for store in sqlite postgres; do
     echo "== chaos: storage outage (${CHAOS_OUTAGE:-60s}) and wiped spool after kills, on $store"
     CHAOS_STORE=$store CHAOS_OUTAGE="${CHAOS_OUTAGE:-60s}" chaos_test -run '^(TestStorageOutage|TestWipedSpoolAfterKill)$' -parallel 2 -timeout 30m || rc=1
+  done
+  for store in sqlite postgres; do
+    echo "== chaos: random SIGKILLs of the API and worker processes (60 jobs, -short) on $store"
+    CHAOS_STORE=$store chaos_test -short -run '^TestRandomKills$' -timeout 30m || rc=1
   done
   echo "== chaos: real-provider adapters end to end (Workers AI and Replicate emulators), an unproven image key, and workers stopped right after they start (SQLite)"
   CHAOS_STORE=sqlite chaos_test -run '^(TestProvider|TestUnprovenImageKey|TestStopRightAfterStart)' -parallel 2 -timeout 10m || rc=1
