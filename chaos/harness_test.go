@@ -433,40 +433,34 @@ func (c *cluster) edgepipeEnv(extra ...string) []string {
 // not an error here).
 func (c *cluster) serve(extra ...string) *proc {
 	c.t.Helper()
-	c.mu.Lock()
-	c.starts++
-	name := fmt.Sprintf("serve-%02d", c.starts)
-	c.mu.Unlock()
-	p := startProc(c.t, c.logDir, name, c.edgepipeEnv(extra...), binPath, "serve", "--grace", "10s")
-	c.mu.Lock()
-	c.servers = append(c.servers, p)
-	c.mu.Unlock()
-	if err := waitHTTP(p, c.api.base+"/healthz", 30*time.Second); err != nil {
-		// Dying of a crash failpoint before the API answered is fine;
-		// anything else (a taken port, a refused setting) is not.
-		if !p.exited() || !p.signaled(syscall.SIGKILL) {
-			c.t.Fatalf("%s: %v\n%s", name, err, tail(p.log(), 40))
-		}
-	}
-	return p
+	return c.start("serve", func(p *proc) error { return waitHTTP(p, c.api.base+"/healthz", 30*time.Second) }, extra...)
 }
 
 // worker starts `edgepipe worker` (no API) on the same database.
 func (c *cluster) worker(extra ...string) *proc {
 	c.t.Helper()
-	c.mu.Lock()
-	c.starts++
-	name := fmt.Sprintf("worker-%02d", c.starts)
-	c.mu.Unlock()
-	p := startProc(c.t, c.logDir, name, c.edgepipeEnv(extra...), binPath, "worker", "--grace", "10s")
-	c.mu.Lock()
-	c.servers = append(c.servers, p)
-	c.mu.Unlock()
 	// Started means running, as serve's health check means for the API: a
 	// SIGTERM sent in the few milliseconds between exec and the program's
 	// signal handler kills the process by the default action, which stop
 	// would report as a bad exit of the worker rather than of the harness.
-	if err := waitLog(p, workerRunning, 30*time.Second); err != nil {
+	return c.start("worker", func(p *proc) error { return waitLog(p, workerRunning, 30*time.Second) }, extra...)
+}
+
+// start starts `edgepipe <cmd> --grace 10s` as the cluster's next process
+// and waits until ready says it is up. Dying of a crash failpoint (SIGKILL)
+// before that is fine; anything else (a taken port, a refused setting)
+// fails the test.
+func (c *cluster) start(cmd string, ready func(*proc) error, extra ...string) *proc {
+	c.t.Helper()
+	c.mu.Lock()
+	c.starts++
+	name := fmt.Sprintf("%s-%02d", cmd, c.starts)
+	c.mu.Unlock()
+	p := startProc(c.t, c.logDir, name, c.edgepipeEnv(extra...), binPath, cmd, "--grace", "10s")
+	c.mu.Lock()
+	c.servers = append(c.servers, p)
+	c.mu.Unlock()
+	if err := ready(p); err != nil {
 		if !p.exited() || !p.signaled(syscall.SIGKILL) {
 			c.t.Fatalf("%s: %v\n%s", name, err, tail(p.log(), 40))
 		}
