@@ -2,8 +2,10 @@ package sqliteceiling
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,12 +19,32 @@ import (
 // until every job is done.
 //
 //	go test ./bench/sqliteceiling -run '^$' -bench Ceiling -benchtime 20000x
-func BenchmarkCeiling(b *testing.B) {
+func BenchmarkCeiling(b *testing.B) { benchCeiling(b, Guarantees{}) }
+
+// BenchmarkGuarantees is BenchmarkCeiling with the guarantees the issue's
+// burn-down goal keeps (Guarantees) added back, alone and together: what
+// they cost by themselves, apart from the rest of edgepipe's schema.
+//
+//	go test ./bench/sqliteceiling -run '^$' -bench Guarantees -benchtime 20000x
+func BenchmarkGuarantees(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		g    Guarantees
+	}{
+		{"wall", Guarantees{Wall: true}},
+		{"events", Guarantees{Events: true}},
+		{"events+wall", Guarantees{Events: true, Wall: true}},
+	} {
+		b.Run(c.name, func(b *testing.B) { benchCeiling(b, c.g) })
+	}
+}
+
+func benchCeiling(b *testing.B, g Guarantees) {
 	// The C allocator as the edgepipe program sets it (internal/cmalloc);
 	// make bench tunes both sides alike.
 	cmalloc.Tune(os.Getenv("GLIBC_TUNABLES"), os.Getenv("MALLOC_TRIM_THRESHOLD_"))
 	ctx := context.Background()
-	q, err := Open(ctx, filepath.Join(b.TempDir(), "ceiling.db"))
+	q, err := OpenWith(ctx, filepath.Join(b.TempDir(), "ceiling.db"), g)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -100,5 +122,68 @@ func TestDoneIsFenced(t *testing.T) {
 	}
 	if left, err := q.Left(ctx); err != nil || left != 0 {
 		t.Fatalf("%d left (%v)", left, err)
+	}
+}
+
+// With the guarantees added, a burn-down leaves two status events per job
+// (claimed, finished) and the wall refuses changing a finished job; a fenced
+// completion that finishes nothing appends nothing.
+func TestGuarantees(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, err := OpenWith(ctx, filepath.Join(t.TempDir(), "g.db"), Guarantees{Events: true, Wall: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Insert(ctx, 3, 1); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := q.Claim(ctx, "w", 3, 1, 2)
+	if err != nil || len(ls) != 3 {
+		t.Fatalf("claim: %v %v", ls, err)
+	}
+	if n, err := q.Done(ctx, "x", ls, 3); err != nil || n != 0 {
+		t.Fatalf("done by another owner: %d (%v)", n, err)
+	}
+	if n, err := q.Done(ctx, "w", ls, 3); err != nil || n != 3 {
+		t.Fatalf("done: %d (%v)", n, err)
+	}
+	rows, err := q.db.QueryContext(ctx, `SELECT job_id, from_status, to_status, attempt, detail_json FROM job_events ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var id, attempt int64
+		var from, to, detail string
+		if err := rows.Scan(&id, &from, &to, &attempt, &detail); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%d %s>%s %d %s", id, from, to, attempt, detail))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`1 pending>running 1 {"attempt":1,"owner":"w"}`, `2 pending>running 1 {"attempt":1,"owner":"w"}`, `3 pending>running 1 {"attempt":1,"owner":"w"}`,
+		`1 running>succeeded 1 {"attempt":1,"owner":"w"}`, `2 running>succeeded 1 {"attempt":1,"owner":"w"}`, `3 running>succeeded 1 {"attempt":1,"owner":"w"}`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("events:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	for _, stmt := range []string{
+		`UPDATE jobs SET updated_at = 9 WHERE id = 1`,     // a finished job is frozen
+		`UPDATE jobs SET status = 'pending' WHERE id = 1`, // and cannot go back
+	} {
+		if _, err := q.db.ExecContext(ctx, stmt); err == nil || !strings.Contains(err.Error(), "terminal job is immutable") {
+			t.Errorf("%s: %v, want the wall's refusal", stmt, err)
+		}
+	}
+	if err := q.Insert(ctx, 1, 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.db.ExecContext(ctx, `UPDATE jobs SET status = 'succeeded' WHERE id = 4`); err == nil || !strings.Contains(err.Error(), "invalid job status transition") {
+		t.Errorf("pending > succeeded: %v, want the wall's refusal", err)
 	}
 }
