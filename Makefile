@@ -36,8 +36,9 @@ test-postgres:
 	$(GO) test -race -tags postgres -count=1 ./storage/... ./internal/app; rc=$$?; \
 	./scripts/postgres.sh stop "$$EDGEPIPE_PG_DIR"; exit $$rc
 
-# The SQLite burn-down next to its ceiling (bench/sqliteceiling), alternating:
-# both rates, the ratio and the load average per round. N jobs, ROUNDS
+# The SQLite burn-down next to its ceiling (bench/sqliteceiling) and the
+# ceiling with status events and the terminal wall, alternating: the rates,
+# the ratios and the load average per round. N jobs, ROUNDS
 # rounds; BASELINE=<checkout> adds that checkout's burn-down as a column.
 bench:
 	GO=$(GO) ./bench/sqliteceiling/compare.sh

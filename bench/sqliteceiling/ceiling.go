@@ -6,11 +6,16 @@
 // internal/sqlitewal) — with the claim and
 // the completion each one committed batch, the completion fenced by the
 // lease (owner and attempt). No events, no messages, no triggers: whatever
-// edgepipe does beyond this is its price for them.
+// edgepipe does beyond this is its price for them. OpenWith adds two of
+// them back (Guarantees: status events and the terminal wall), so that what
+// the guarantees the goal keeps cost by themselves is measured apart from
+// the rest of edgepipe's schema.
 //
 // `make bench` runs it next to storage/sqlite's BenchmarkBurnDown, in the
 // same shape (the producer claims 200, 100 workers, a completer batches up
-// to 500), alternating, and prints both rates and their ratio.
+// to 500), alternating, and prints the rates and their ratios: edgepipe's
+// to the ceiling's, and the guaranteed ceiling's (events and wall) to the
+// ceiling's.
 package sqliteceiling
 
 import (
@@ -88,13 +93,17 @@ type Guarantees struct {
 // eventInsert appends the status events of a batch: ?1 the time, ?2 the
 // batch's leases as JSON, ?3 the owner.
 const eventInsert = `INSERT INTO job_events (job_id, at, from_status, to_status, attempt, detail_json)
-	SELECT d.value ->> 'i', ?1, %q, %q, d.value ->> 'a', json_object('attempt', d.value ->> 'a', 'owner', ?3)
+	SELECT d.value ->> 'i', ?1, '%s', '%s', d.value ->> 'a', json_object('attempt', d.value ->> 'a', 'owner', ?3)
 	FROM json_each(?2) AS d`
 
 // Queue is the minimal queue: one writer connection, statements prepared once.
 type Queue struct {
-	db          *sql.DB
-	insert      *sql.Stmt
+	db     *sql.DB
+	insert *sql.Stmt
+	// created appends a job's created event (Guarantees.Events), as
+	// edgepipe's submissions do: the burn-down's events then go into a
+	// table and index that already hold a row per job.
+	created     *sql.Stmt
 	claim, done *sql.Stmt
 	// With Guarantees.Events: doneReturning is done returning the leases
 	// it finished, and claimed and finished append the events of a batch.
@@ -169,7 +178,12 @@ func OpenWith(ctx context.Context, path string, g Guarantees) (*Queue, error) {
 		}
 	}
 	if g.Events {
-		if qu.claimed, err = db.PrepareContext(ctx, fmt.Sprintf(eventInsert, "pending", "running")); err == nil {
+		qu.created, err = db.PrepareContext(ctx, `INSERT INTO job_events (job_id, at, from_status, to_status, attempt, detail_json)
+			VALUES (?, ?, '', 'pending', 0, '{}')`)
+		if err == nil {
+			qu.claimed, err = db.PrepareContext(ctx, fmt.Sprintf(eventInsert, "pending", "running"))
+		}
+		if err == nil {
 			qu.finished, err = db.PrepareContext(ctx, fmt.Sprintf(eventInsert, "running", "succeeded"))
 		}
 		if err == nil {
@@ -186,14 +200,30 @@ func OpenWith(ctx context.Context, path string, g Guarantees) (*Queue, error) {
 // Close closes the database.
 func (q *Queue) Close() error { return q.db.Close() }
 
-// Insert adds n pending jobs, in committed batches of 1,000.
+// Insert adds n pending jobs, in committed batches of 1,000, each with its
+// created event under Guarantees.Events.
 func (q *Queue) Insert(ctx context.Context, n int, now int64) error {
 	for n > 0 {
 		b := min(n, 1000)
 		err := q.inTx(ctx, func(tx *sql.Tx) error {
 			st := tx.StmtContext(ctx, q.insert)
+			var ev *sql.Stmt
+			if q.created != nil {
+				ev = tx.StmtContext(ctx, q.created)
+			}
 			for range b {
-				if _, err := st.ExecContext(ctx, now); err != nil {
+				res, err := st.ExecContext(ctx, now)
+				if err != nil {
+					return err
+				}
+				if ev == nil {
+					continue
+				}
+				id, err := res.LastInsertId()
+				if err != nil {
+					return err
+				}
+				if _, err := ev.ExecContext(ctx, id, now); err != nil {
 					return err
 				}
 			}

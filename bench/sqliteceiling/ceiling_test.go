@@ -64,6 +64,20 @@ func benchCeiling(b *testing.B, g Guarantees) {
 	if left, err := q.Left(ctx); err != nil || left != 0 {
 		b.Fatalf("%d jobs not done (%v)", left, err)
 	}
+	// The rate is only worth its name if the guarantees were there.
+	var events, wall int
+	if err := q.db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM sqlite_master WHERE name = 'job_events'),
+		(SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name = 'jobs_guard')`).Scan(&events, &wall); err != nil {
+		b.Fatal(err)
+	}
+	if (events == 1) != g.Events || (wall == 1) != g.Wall {
+		b.Fatalf("schema has events %d, wall %d; want %+v", events, wall, g)
+	}
+	if g.Events {
+		if err := q.db.QueryRowContext(ctx, `SELECT count(*) FROM job_events`).Scan(&events); err != nil || events != 3*n {
+			b.Fatalf("%d events for %d jobs (%v), want 3 a job", events, n, err)
+		}
+	}
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "jobs/s")
 }
 
@@ -125,8 +139,8 @@ func TestDoneIsFenced(t *testing.T) {
 	}
 }
 
-// With the guarantees added, a burn-down leaves two status events per job
-// (claimed, finished) and the wall refuses changing a finished job; a fenced
+// With the guarantees added, a burn-down leaves three status events per job
+// (created, claimed, finished) and the wall refuses changing a finished job; a fenced
 // completion that finishes nothing appends nothing.
 func TestGuarantees(t *testing.T) {
 	t.Parallel()
@@ -166,6 +180,7 @@ func TestGuarantees(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
+		`1 >pending 0 {}`, `2 >pending 0 {}`, `3 >pending 0 {}`,
 		`1 pending>running 1 {"attempt":1,"owner":"w"}`, `2 pending>running 1 {"attempt":1,"owner":"w"}`, `3 pending>running 1 {"attempt":1,"owner":"w"}`,
 		`1 running>succeeded 1 {"attempt":1,"owner":"w"}`, `2 running>succeeded 1 {"attempt":1,"owner":"w"}`, `3 running>succeeded 1 {"attempt":1,"owner":"w"}`,
 	}
@@ -185,5 +200,71 @@ func TestGuarantees(t *testing.T) {
 	}
 	if _, err := q.db.ExecContext(ctx, `UPDATE jobs SET status = 'succeeded' WHERE id = 4`); err == nil || !strings.Contains(err.Error(), "invalid job status transition") {
 		t.Errorf("pending > succeeded: %v, want the wall's refusal", err)
+	}
+}
+
+// A claim or a completion and its events commit together: when the events
+// cannot be written, the jobs keep their status. The events table is what
+// edgepipe's is where the cost is: a reference to its job, an index by job
+// and AUTOINCREMENT ids.
+func TestGuaranteesAtomicAndShaped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, err := OpenWith(ctx, filepath.Join(t.TempDir(), "a.db"), Guarantees{Events: true, Wall: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	var fks, idx, seq int
+	if err := q.db.QueryRowContext(ctx, `SELECT
+		(SELECT count(*) FROM pragma_foreign_key_list('job_events') WHERE "table" = 'jobs' AND "from" = 'job_id'),
+		(SELECT count(*) FROM pragma_index_info('job_events_job')),
+		(SELECT count(*) FROM sqlite_master WHERE name = 'sqlite_sequence')`).Scan(&fks, &idx, &seq); err != nil {
+		t.Fatal(err)
+	}
+	if fks != 1 || idx != 2 || seq != 1 {
+		t.Fatalf("job_events: %d references to jobs, index of %d columns, sqlite_sequence %d; want 1, 2, 1", fks, idx, seq)
+	}
+	if err := q.Insert(ctx, 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	status := func() string {
+		var s string
+		if err := q.db.QueryRowContext(ctx, `SELECT group_concat(status, ',') FROM (SELECT status FROM jobs ORDER BY id)`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	block := func(on bool) {
+		stmt := `DROP TRIGGER IF EXISTS no_events`
+		if on {
+			stmt = `CREATE TRIGGER no_events BEFORE INSERT ON job_events BEGIN SELECT RAISE(ABORT, 'no events'); END`
+		}
+		if _, err := q.db.ExecContext(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	block(true)
+	if ls, err := q.Claim(ctx, "w", 2, 1, 2); err == nil {
+		t.Fatalf("claim without its events: %v, want an error", ls)
+	}
+	if got := status(); got != "pending,pending" {
+		t.Fatalf("after a failed claim: %s, want pending,pending", got)
+	}
+	block(false)
+	ls, err := q.Claim(ctx, "w", 2, 1, 2)
+	if err != nil || len(ls) != 2 {
+		t.Fatalf("claim: %v %v", ls, err)
+	}
+	block(true)
+	if n, err := q.Done(ctx, "w", ls, 3); err == nil {
+		t.Fatalf("done without its events: %d, want an error", n)
+	}
+	if got := status(); got != "running,running" {
+		t.Fatalf("after a failed completion: %s, want running,running", got)
+	}
+	// The wall lets a running job go back to pending (edgepipe's release).
+	if _, err := q.db.ExecContext(ctx, `UPDATE jobs SET status = 'pending' WHERE id = 2`); err != nil {
+		t.Fatalf("running > pending: %v", err)
 	}
 }

@@ -5,8 +5,8 @@
 # average of each round. A third rate is the ceiling with the guarantees
 # the goal keeps added back (BenchmarkGuarantees/events+wall: status events
 # and the terminal wall; the fence is in both): its ratio to the ceiling is
-# what those guarantees cost by themselves. Both test binaries are built first, so no build
-# runs between measurements.
+# what those guarantees cost by themselves. The test binaries are built
+# first, so no build runs between measurements.
 #
 #   N=20000 ROUNDS=3 bench/sqliteceiling/compare.sh
 #   BASELINE=/path/to/other/checkout bench/sqliteceiling/compare.sh
@@ -33,11 +33,11 @@ rate() {
 		awk '{ for (i = 2; i <= NF; i++) if ($i == "jobs/s") r = $(i-1) } END { if (r == "") exit 1; print r }'
 }
 
-# The benchmarks by name, anchored: -test.bench matches each level of a
-# name, so "Ceiling" alone would match more than BenchmarkCeiling.
+# The benchmarks by name, anchored so that each selects exactly one
+# (-test.bench matches each level of a name; a benchmark added later must
+# not join the measurement).
 ceiling='^BenchmarkCeiling$'
 guaranteed='^BenchmarkGuarantees$/^events\+wall$'
-
 
 if [ -n "${BASELINE:-}" ]; then
 	printf '%-5s  %12s  %12s  %12s  %12s  %8s  %8s  %8s  %s\n' round baseline edgepipe ceiling guaranteed base/ceil edge/ceil guar/ceil 'load 1/5/15 min (before round)'
