@@ -24,6 +24,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"strings"
 
 	_ "github.com/mattn/go-sqlite3" // the driver storage/sqlite uses
 
@@ -88,6 +89,11 @@ type Guarantees struct {
 	Events bool
 	// Wall adds the terminal wall: the transition trigger on jobs.
 	Wall bool
+	// TextIDs is not a guarantee but the first thing edgepipe's schema
+	// adds to them: jobs keyed by text (ids shaped as the burn-down's,
+	// "v1-000000001"), so the table is a rowid table with a unique index
+	// on the key, as edgepipe's jobs are, and the events reference the key.
+	TextIDs bool
 }
 
 // eventInsert appends the status events of a batch: ?1 the time, ?2 the
@@ -108,12 +114,26 @@ type Queue struct {
 	// With Guarantees.Events: doneReturning is done returning the leases
 	// it finished, and claimed and finished append the events of a batch.
 	doneReturning, claimed, finished *sql.Stmt
+	// textIDs is Guarantees.TextIDs; keys counts the keys handed out.
+	textIDs bool
+	keys    int
+}
+
+// withTextIDs rewrites statement or schema text for Guarantees.TextIDs:
+// text keys, read from the leases' "k".
+func withTextIDs(s string) string {
+	return strings.NewReplacer(
+		"id               INTEGER PRIMARY KEY", "id               TEXT PRIMARY KEY",
+		"job_id      INTEGER NOT NULL", "job_id      TEXT NOT NULL",
+		"->> 'i'", "->> 'k'",
+	).Replace(s)
 }
 
 // Lease is what a worker holds: the fence its completion must match.
 type Lease struct {
-	ID      int64 `json:"i"`
-	Attempt int64 `json:"a"`
+	ID      int64  `json:"i,omitempty"`
+	Key     string `json:"k,omitempty"` // the id with Guarantees.TextIDs
+	Attempt int64  `json:"a"`
 }
 
 // Open creates the queue in a new database file at path.
@@ -155,22 +175,29 @@ func OpenWith(ctx context.Context, path string, g Guarantees) (*Queue, error) {
 	if g.Events {
 		ddl += "\n" + eventsSchema
 	}
+	insert := `INSERT INTO jobs (status, updated_at) VALUES ('pending', ?)`
+	text := func(s string) string { return s }
+	if g.TextIDs {
+		text = withTextIDs
+		insert = `INSERT INTO jobs (id, status, updated_at) VALUES (?, 'pending', ?)`
+	}
+	ddl = text(ddl)
 	if _, err := db.ExecContext(ctx, ddl); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("ceiling: schema: %w", err)
 	}
-	qu := &Queue{db: db}
+	qu := &Queue{db: db, textIDs: g.TextIDs}
 	for _, p := range []struct {
 		st  **sql.Stmt
 		sql string
 	}{
-		{&qu.insert, `INSERT INTO jobs (status, updated_at) VALUES ('pending', ?)`},
+		{&qu.insert, insert},
 		// The claim: the oldest pending jobs, a fresh attempt and lease each.
 		{&qu.claim, `UPDATE jobs SET status = 'running', attempt = attempt + 1, lease_owner = ?1,
 			lease_expires_at = ?2, updated_at = ?3
 			WHERE id IN (SELECT id FROM jobs WHERE status = 'pending' ORDER BY id LIMIT ?4)
 			RETURNING id, attempt`},
-		{&qu.done, doneSQL},
+		{&qu.done, text(doneSQL)},
 	} {
 		if *p.st, err = db.PrepareContext(ctx, p.sql); err != nil {
 			db.Close()
@@ -181,13 +208,13 @@ func OpenWith(ctx context.Context, path string, g Guarantees) (*Queue, error) {
 		qu.created, err = db.PrepareContext(ctx, `INSERT INTO job_events (job_id, at, from_status, to_status, attempt, detail_json)
 			VALUES (?, ?, '', 'pending', 0, '{}')`)
 		if err == nil {
-			qu.claimed, err = db.PrepareContext(ctx, fmt.Sprintf(eventInsert, "pending", "running"))
+			qu.claimed, err = db.PrepareContext(ctx, text(fmt.Sprintf(eventInsert, "pending", "running")))
 		}
 		if err == nil {
-			qu.finished, err = db.PrepareContext(ctx, fmt.Sprintf(eventInsert, "running", "succeeded"))
+			qu.finished, err = db.PrepareContext(ctx, text(fmt.Sprintf(eventInsert, "running", "succeeded")))
 		}
 		if err == nil {
-			qu.doneReturning, err = db.PrepareContext(ctx, doneSQL+` RETURNING jobs.id, jobs.attempt`)
+			qu.doneReturning, err = db.PrepareContext(ctx, text(doneSQL)+` RETURNING jobs.id, jobs.attempt`)
 		}
 		if err != nil {
 			db.Close()
@@ -212,16 +239,24 @@ func (q *Queue) Insert(ctx context.Context, n int, now int64) error {
 				ev = tx.StmtContext(ctx, q.created)
 			}
 			for range b {
-				res, err := st.ExecContext(ctx, now)
+				var id any
+				args := []any{now}
+				if q.textIDs {
+					q.keys++
+					id = fmt.Sprintf("v1-%09d", q.keys)
+					args = []any{id, now}
+				}
+				res, err := st.ExecContext(ctx, args...)
 				if err != nil {
 					return err
 				}
 				if ev == nil {
 					continue
 				}
-				id, err := res.LastInsertId()
-				if err != nil {
-					return err
+				if !q.textIDs {
+					if id, err = res.LastInsertId(); err != nil {
+						return err
+					}
 				}
 				if _, err := ev.ExecContext(ctx, id, now); err != nil {
 					return err
@@ -249,8 +284,8 @@ func (q *Queue) Claim(ctx context.Context, owner string, max int, now, leaseExp 
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var l Lease
-			if err := rows.Scan(&l.ID, &l.Attempt); err != nil {
+			l, err := q.scanLease(rows)
+			if err != nil {
 				return err
 			}
 			out = append(out, l)
@@ -303,8 +338,8 @@ func (q *Queue) doneWithEvents(ctx context.Context, tx *sql.Tx, owner, arg strin
 	}
 	var fin []Lease
 	for rows.Next() {
-		var l Lease
-		if err := rows.Scan(&l.ID, &l.Attempt); err != nil {
+		l, err := q.scanLease(rows)
+		if err != nil {
 			rows.Close()
 			return 0, err
 		}
@@ -329,6 +364,15 @@ func (q *Queue) appendEvents(ctx context.Context, tx *sql.Tx, st *sql.Stmt, now 
 	}
 	_, err = tx.StmtContext(ctx, st).ExecContext(ctx, now, string(arg), owner)
 	return err
+}
+
+// scanLease reads a returned (id, attempt).
+func (q *Queue) scanLease(rows *sql.Rows) (Lease, error) {
+	var l Lease
+	if q.textIDs {
+		return l, rows.Scan(&l.Key, &l.Attempt)
+	}
+	return l, rows.Scan(&l.ID, &l.Attempt)
 }
 
 // Left counts the jobs not succeeded.

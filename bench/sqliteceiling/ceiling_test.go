@@ -34,6 +34,7 @@ func BenchmarkGuarantees(b *testing.B) {
 		{"wall", Guarantees{Wall: true}},
 		{"events", Guarantees{Events: true}},
 		{"events+wall", Guarantees{Events: true, Wall: true}},
+		{"events+wall+textids", Guarantees{Events: true, Wall: true, TextIDs: true}},
 	} {
 		b.Run(c.name, func(b *testing.B) { benchCeiling(b, c.g) })
 	}
@@ -266,5 +267,41 @@ func TestGuaranteesAtomicAndShaped(t *testing.T) {
 	// The wall lets a running job go back to pending (edgepipe's release).
 	if _, err := q.db.ExecContext(ctx, `UPDATE jobs SET status = 'pending' WHERE id = 2`); err != nil {
 		t.Fatalf("running > pending: %v", err)
+	}
+}
+
+// With text ids the jobs are keyed by text, as edgepipe's, and the burn-down
+// works the same: fenced completions, events referencing the keys.
+func TestGuaranteesTextIDs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, err := OpenWith(ctx, filepath.Join(t.TempDir(), "t.db"), Guarantees{Events: true, Wall: true, TextIDs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Insert(ctx, 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := q.Claim(ctx, "w", 2, 1, 2)
+	if err != nil || len(ls) != 2 || ls[0].Key != "v1-000000001" || ls[1].Key != "v1-000000002" || ls[0].ID != 0 {
+		t.Fatalf("claim: %+v %v", ls, err)
+	}
+	stale := ls[0]
+	stale.Attempt++
+	if n, err := q.Done(ctx, "w", []Lease{stale}, 3); err != nil || n != 0 {
+		t.Fatalf("done with a stale attempt: %d (%v)", n, err)
+	}
+	if n, err := q.Done(ctx, "w", ls, 3); err != nil || n != 2 {
+		t.Fatalf("done: %d (%v)", n, err)
+	}
+	var typ string
+	var events int
+	if err := q.db.QueryRowContext(ctx, `SELECT (SELECT type FROM pragma_table_info('jobs') WHERE name = 'id'),
+		(SELECT count(*) FROM job_events e JOIN jobs j ON j.id = e.job_id WHERE j.id LIKE 'v1-%')`).Scan(&typ, &events); err != nil {
+		t.Fatal(err)
+	}
+	if typ != "TEXT" || events != 6 {
+		t.Fatalf("jobs.id is %s with %d events on text keys; want TEXT and 6", typ, events)
 	}
 }
