@@ -9,7 +9,7 @@
 // edgepipe does beyond this is its price for them. OpenWith adds two of
 // them back (Guarantees: status events and the terminal wall), so that what
 // the guarantees the goal keeps cost by themselves is measured apart from
-// the rest of edgepipe's schema.
+// the rest of edgepipe's schema, and then that schema's text job keys.
 //
 // `make bench` runs it next to storage/sqlite's BenchmarkBurnDown, in the
 // same shape (the producer claims 200, 100 workers, a completer batches up
@@ -82,7 +82,8 @@ const doneSQL = `UPDATE jobs SET status = 'succeeded', lease_owner = NULL, lease
 // ceiling "on the same schema guarantees (events, fences, terminal wall)";
 // the fence is always there. With all of them, the ceiling measures what
 // those guarantees cost by themselves, apart from the rest of edgepipe's
-// schema (its ids, columns, indexes and queue messages).
+// schema (its ids, columns, indexes and queue messages); TextIDs adds the
+// ids.
 type Guarantees struct {
 	// Events appends a status event per job at claim and at completion,
 	// in the same transaction, one multi-row insert per batch.
@@ -228,7 +229,8 @@ func OpenWith(ctx context.Context, path string, g Guarantees) (*Queue, error) {
 func (q *Queue) Close() error { return q.db.Close() }
 
 // Insert adds n pending jobs, in committed batches of 1,000, each with its
-// created event under Guarantees.Events.
+// created event under Guarantees.Events. Not safe for concurrent use: the
+// text keys (Guarantees.TextIDs) are counted on the Queue.
 func (q *Queue) Insert(ctx context.Context, n int, now int64) error {
 	for n > 0 {
 		b := min(n, 1000)

@@ -2,6 +2,7 @@ package sqliteceiling
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,7 +24,8 @@ func BenchmarkCeiling(b *testing.B) { benchCeiling(b, Guarantees{}) }
 
 // BenchmarkGuarantees is BenchmarkCeiling with the guarantees the issue's
 // burn-down goal keeps (Guarantees) added back, alone and together: what
-// they cost by themselves, apart from the rest of edgepipe's schema.
+// they cost by themselves, apart from the rest of edgepipe's schema; and
+// with text ids, the first thing that schema adds.
 //
 //	go test ./bench/sqliteceiling -run '^$' -bench Guarantees -benchtime 20000x
 func BenchmarkGuarantees(b *testing.B) {
@@ -73,6 +75,13 @@ func benchCeiling(b *testing.B, g Guarantees) {
 	}
 	if (events == 1) != g.Events || (wall == 1) != g.Wall {
 		b.Fatalf("schema has events %d, wall %d; want %+v", events, wall, g)
+	}
+	var textKeys int
+	if err := q.db.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('jobs') WHERE name = 'id' AND type = 'TEXT'`).Scan(&textKeys); err != nil {
+		b.Fatal(err)
+	}
+	if (textKeys == 1) != g.TextIDs {
+		b.Fatalf("jobs keyed by text: %d; want %+v", textKeys, g)
 	}
 	if g.Events {
 		if err := q.db.QueryRowContext(ctx, `SELECT count(*) FROM job_events`).Scan(&events); err != nil || events != 3*n {
@@ -270,38 +279,78 @@ func TestGuaranteesAtomicAndShaped(t *testing.T) {
 	}
 }
 
-// With text ids the jobs are keyed by text, as edgepipe's, and the burn-down
-// works the same: fenced completions, events referencing the keys.
+// With text ids the jobs are keyed by text, as edgepipe's (a rowid table
+// with a unique index on the key), and the burn-down works the same, with
+// events or without: fenced completions, events referencing the keys, keys
+// unique across Insert calls.
 func TestGuaranteesTextIDs(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	q, err := OpenWith(ctx, filepath.Join(t.TempDir(), "t.db"), Guarantees{Events: true, Wall: true, TextIDs: true})
-	if err != nil {
-		t.Fatal(err)
+	for _, g := range []Guarantees{{TextIDs: true}, {Events: true, Wall: true, TextIDs: true}} {
+		t.Run(fmt.Sprintf("events=%v", g.Events), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			q, err := OpenWith(ctx, filepath.Join(t.TempDir(), "t.db"), g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			for range 2 {
+				if err := q.Insert(ctx, 1, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ls, err := q.Claim(ctx, "w", 2, 1, 2)
+			if err != nil || len(ls) != 2 || ls[0].Key != "v1-000000001" || ls[1].Key != "v1-000000002" || ls[0].ID != 0 {
+				t.Fatalf("claim: %+v %v", ls, err)
+			}
+			stale := ls[0]
+			stale.Attempt++
+			if n, err := q.Done(ctx, "w", []Lease{stale}, 3); err != nil || n != 0 {
+				t.Fatalf("done with a stale attempt: %d (%v)", n, err)
+			}
+			if n, err := q.Done(ctx, "w", ls, 3); err != nil || n != 2 {
+				t.Fatalf("done: %d (%v)", n, err)
+			}
+			var idType, withoutRowid, autoindex int
+			if err := q.db.QueryRowContext(ctx, `SELECT
+				(SELECT count(*) FROM pragma_table_info('jobs') WHERE name = 'id' AND type = 'TEXT' AND pk = 1),
+				(SELECT wr FROM pragma_table_list('jobs')),
+				(SELECT count(*) FROM pragma_index_list('jobs') WHERE origin = 'pk' AND "unique" = 1)`).Scan(&idType, &withoutRowid, &autoindex); err != nil {
+				t.Fatal(err)
+			}
+			if idType != 1 || withoutRowid != 0 || autoindex != 1 {
+				t.Fatalf("jobs: text key %d, WITHOUT ROWID %d, unique key index %d; want 1, 0, 1", idType, withoutRowid, autoindex)
+			}
+			if !g.Events {
+				return
+			}
+			var jobIDType string
+			var events int
+			if err := q.db.QueryRowContext(ctx, `SELECT (SELECT type FROM pragma_table_info('job_events') WHERE name = 'job_id'),
+				(SELECT count(*) FROM job_events e JOIN jobs j ON j.id = e.job_id WHERE j.id LIKE 'v1-%')`).Scan(&jobIDType, &events); err != nil {
+				t.Fatal(err)
+			}
+			if jobIDType != "TEXT" || events != 6 {
+				t.Fatalf("job_events.job_id is %s with %d events on text keys; want TEXT and 6", jobIDType, events)
+			}
+		})
 	}
-	defer q.Close()
-	if err := q.Insert(ctx, 2, 1); err != nil {
-		t.Fatal(err)
-	}
-	ls, err := q.Claim(ctx, "w", 2, 1, 2)
-	if err != nil || len(ls) != 2 || ls[0].Key != "v1-000000001" || ls[1].Key != "v1-000000002" || ls[0].ID != 0 {
-		t.Fatalf("claim: %+v %v", ls, err)
-	}
-	stale := ls[0]
-	stale.Attempt++
-	if n, err := q.Done(ctx, "w", []Lease{stale}, 3); err != nil || n != 0 {
-		t.Fatalf("done with a stale attempt: %d (%v)", n, err)
-	}
-	if n, err := q.Done(ctx, "w", ls, 3); err != nil || n != 2 {
-		t.Fatalf("done: %d (%v)", n, err)
-	}
-	var typ string
-	var events int
-	if err := q.db.QueryRowContext(ctx, `SELECT (SELECT type FROM pragma_table_info('jobs') WHERE name = 'id'),
-		(SELECT count(*) FROM job_events e JOIN jobs j ON j.id = e.job_id WHERE j.id LIKE 'v1-%')`).Scan(&typ, &events); err != nil {
-		t.Fatal(err)
-	}
-	if typ != "TEXT" || events != 6 {
-		t.Fatalf("jobs.id is %s with %d events on text keys; want TEXT and 6", typ, events)
+}
+
+// The leases the integer-keyed ceiling sends SQLite are what they were
+// before text ids existed: {"i":…,"a":…}, nothing more.
+func TestLeaseJSON(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		l    Lease
+		want string
+	}{
+		{Lease{ID: 1, Attempt: 2}, `{"i":1,"a":2}`},
+		{Lease{Key: "v1-000000001", Attempt: 2}, `{"k":"v1-000000001","a":2}`},
+	} {
+		b, err := json.Marshal(c.l)
+		if err != nil || string(b) != c.want {
+			t.Errorf("%+v: %s (%v), want %s", c.l, b, err, c.want)
+		}
 	}
 }
