@@ -109,23 +109,32 @@ func burn(ctx context.Context, b *testing.B, q *Queue, workers, n int) int {
 		})
 }
 
+// claimed opens a queue with g in a temporary directory, inserts n jobs at
+// time 1 and claims them all for "w" until time 2.
+func claimed(t *testing.T, g Guarantees, n int) (*Queue, []Lease) {
+	t.Helper()
+	ctx := context.Background()
+	q, err := OpenWith(ctx, filepath.Join(t.TempDir(), "q.db"), g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	if err := q.Insert(ctx, n, 1); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := q.Claim(ctx, "w", n, 1, 2)
+	if err != nil || len(ls) != n {
+		t.Fatalf("claim: %v %v", ls, err)
+	}
+	return q, ls
+}
+
 // A completion whose lease is no longer the job's (another attempt took
 // it) must change nothing: the fence is part of what the ceiling costs.
 func TestDoneIsFenced(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	q, err := Open(ctx, filepath.Join(t.TempDir(), "c.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	if err := q.Insert(ctx, 3, 1); err != nil {
-		t.Fatal(err)
-	}
-	ls, err := q.Claim(ctx, "w", 3, 1, 2)
-	if err != nil || len(ls) != 3 {
-		t.Fatalf("claim: %v %v", ls, err)
-	}
+	q, ls := claimed(t, Guarantees{}, 3)
 	stale := ls[1]
 	stale.Attempt++
 	for _, c := range []struct {
@@ -155,18 +164,7 @@ func TestDoneIsFenced(t *testing.T) {
 func TestGuarantees(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	q, err := OpenWith(ctx, filepath.Join(t.TempDir(), "g.db"), Guarantees{Events: true, Wall: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	if err := q.Insert(ctx, 3, 1); err != nil {
-		t.Fatal(err)
-	}
-	ls, err := q.Claim(ctx, "w", 3, 1, 2)
-	if err != nil || len(ls) != 3 {
-		t.Fatalf("claim: %v %v", ls, err)
-	}
+	q, ls := claimed(t, Guarantees{Events: true, Wall: true}, 3)
 	if n, err := q.Done(ctx, "x", ls, 3); err != nil || n != 0 {
 		t.Fatalf("done by another owner: %d (%v)", n, err)
 	}
