@@ -188,10 +188,11 @@ func OpenWith(ctx context.Context, path string, g Guarantees) (*Queue, error) {
 		return nil, fmt.Errorf("ceiling: schema: %w", err)
 	}
 	qu := &Queue{db: db, textIDs: g.TextIDs}
-	for _, p := range []struct {
+	type stmt struct {
 		st  **sql.Stmt
 		sql string
-	}{
+	}
+	stmts := []stmt{
 		{&qu.insert, insert},
 		// The claim: the oldest pending jobs, a fresh attempt and lease each.
 		{&qu.claim, `UPDATE jobs SET status = 'running', attempt = attempt + 1, lease_owner = ?1,
@@ -199,25 +200,17 @@ func OpenWith(ctx context.Context, path string, g Guarantees) (*Queue, error) {
 			WHERE id IN (SELECT id FROM jobs WHERE status = 'pending' ORDER BY id LIMIT ?4)
 			RETURNING id, attempt`},
 		{&qu.done, text(doneSQL)},
-	} {
-		if *p.st, err = db.PrepareContext(ctx, p.sql); err != nil {
-			db.Close()
-			return nil, fmt.Errorf("ceiling: prepare: %w", err)
-		}
 	}
 	if g.Events {
-		qu.created, err = db.PrepareContext(ctx, `INSERT INTO job_events (job_id, at, from_status, to_status, attempt, detail_json)
-			VALUES (?, ?, '', 'pending', 0, '{}')`)
-		if err == nil {
-			qu.claimed, err = db.PrepareContext(ctx, text(fmt.Sprintf(eventInsert, "pending", "running")))
-		}
-		if err == nil {
-			qu.finished, err = db.PrepareContext(ctx, text(fmt.Sprintf(eventInsert, "running", "succeeded")))
-		}
-		if err == nil {
-			qu.doneReturning, err = db.PrepareContext(ctx, text(doneSQL)+` RETURNING jobs.id, jobs.attempt`)
-		}
-		if err != nil {
+		stmts = append(stmts,
+			stmt{&qu.created, `INSERT INTO job_events (job_id, at, from_status, to_status, attempt, detail_json)
+				VALUES (?, ?, '', 'pending', 0, '{}')`},
+			stmt{&qu.claimed, text(fmt.Sprintf(eventInsert, "pending", "running"))},
+			stmt{&qu.finished, text(fmt.Sprintf(eventInsert, "running", "succeeded"))},
+			stmt{&qu.doneReturning, text(doneSQL) + ` RETURNING jobs.id, jobs.attempt`})
+	}
+	for _, p := range stmts {
+		if *p.st, err = db.PrepareContext(ctx, p.sql); err != nil {
 			db.Close()
 			return nil, fmt.Errorf("ceiling: prepare: %w", err)
 		}
@@ -279,20 +272,8 @@ func (q *Queue) Insert(ctx context.Context, n int, now int64) error {
 func (q *Queue) Claim(ctx context.Context, owner string, max int, now, leaseExp int64) ([]Lease, error) {
 	var out []Lease
 	err := q.inTx(ctx, func(tx *sql.Tx) error {
-		out = out[:0]
-		rows, err := tx.StmtContext(ctx, q.claim).QueryContext(ctx, owner, leaseExp, now, max)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			l, err := q.scanLease(rows)
-			if err != nil {
-				return err
-			}
-			out = append(out, l)
-		}
-		if err := rows.Err(); err != nil {
+		var err error
+		if out, err = q.leases(ctx, tx, q.claim, owner, leaseExp, now, max); err != nil {
 			return err
 		}
 		return q.appendEvents(ctx, tx, q.claimed, now, owner, out)
@@ -334,21 +315,8 @@ func (q *Queue) Done(ctx context.Context, owner string, ls []Lease, now int64) (
 // finished come back, and their events are appended in the same
 // transaction.
 func (q *Queue) doneWithEvents(ctx context.Context, tx *sql.Tx, owner, arg string, now int64) (int, error) {
-	rows, err := tx.StmtContext(ctx, q.doneReturning).QueryContext(ctx, now, arg, owner)
+	fin, err := q.leases(ctx, tx, q.doneReturning, now, arg, owner)
 	if err != nil {
-		return 0, err
-	}
-	var fin []Lease
-	for rows.Next() {
-		l, err := q.scanLease(rows)
-		if err != nil {
-			rows.Close()
-			return 0, err
-		}
-		fin = append(fin, l)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return 0, err
 	}
 	return len(fin), q.appendEvents(ctx, tx, q.finished, now, owner, fin)
@@ -368,13 +336,27 @@ func (q *Queue) appendEvents(ctx context.Context, tx *sql.Tx, st *sql.Stmt, now 
 	return err
 }
 
-// scanLease reads a returned (id, attempt).
-func (q *Queue) scanLease(rows *sql.Rows) (Lease, error) {
-	var l Lease
-	if q.textIDs {
-		return l, rows.Scan(&l.Key, &l.Attempt)
+// leases runs st, a statement returning (id, attempt), in tx and reads
+// what it returned.
+func (q *Queue) leases(ctx context.Context, tx *sql.Tx, st *sql.Stmt, args ...any) ([]Lease, error) {
+	rows, err := tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+	if err != nil {
+		return nil, err
 	}
-	return l, rows.Scan(&l.ID, &l.Attempt)
+	defer rows.Close()
+	var out []Lease
+	for rows.Next() {
+		var l Lease
+		id := any(&l.ID)
+		if q.textIDs {
+			id = &l.Key
+		}
+		if err := rows.Scan(id, &l.Attempt); err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, rows.Err()
 }
 
 // Left counts the jobs not succeeded.
